@@ -1,0 +1,167 @@
+"""Checkpoints: a folder with ``model.safetensors`` and ``checkpoint.json`` (no pickle).
+
+``checkpoint.json`` holds the model config, the task spec (with its seed), the training
+config, the metrics history, package versions and the SHA-256 of the weights file, so a
+checkpoint is self-describing and its weights are verified on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from infoprobe import __version__
+from infoprobe.atomic import atomic_output
+from infoprobe.model import InfoFlowTransformer, ModelConfig
+
+FORMAT = "infoprobe.checkpoint"
+FORMAT_VERSION = 1
+WEIGHTS = "model.safetensors"
+META = "checkpoint.json"
+REQUIRED_FIELDS = ("format", "format_version", "model_config", "task", "weights_sha256")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is missing, truncated, foreign or inconsistent."""
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    """Versions recorded in every output's provenance."""
+    import transformer_lens
+
+    return {
+        "infoprobe": __version__,
+        "torch": torch.__version__,
+        "transformer_lens": getattr(transformer_lens, "__version__", "unknown"),
+        "python": platform.python_version(),
+    }
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint; unpacks as ``model, task = load_checkpoint(path)``."""
+
+    path: Path
+    model: InfoFlowTransformer
+    task: Any
+    model_config: ModelConfig
+    meta: dict = field(repr=False)
+
+    @property
+    def weights_sha256(self) -> str:
+        return self.meta["weights_sha256"]
+
+    @property
+    def history(self) -> list[dict]:
+        return self.meta.get("history", [])
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.model, self.task))
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: InfoFlowTransformer,
+    task: Any,
+    *,
+    train_config: dict | None = None,
+    history: list[dict] | None = None,
+    metrics: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``model`` (weights), ``task`` (spec) and training records to folder ``path``.
+
+    The folder is assembled under a temporary name and renamed into place, so a crash
+    never leaves a half checkpoint. Refuses an existing ``path`` unless ``overwrite``.
+    """
+    path = Path(path)
+    with atomic_output(path, overwrite=overwrite, directory=True, what="checkpoint") as tmp:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS))
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "model_config": model.cfg.to_dict(),
+            "task": task.to_dict(),
+            "train_config": train_config or {},
+            "history": history or [],
+            "metrics": metrics or {},
+            "versions": package_versions(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "weights_sha256": file_sha256(tmp / WEIGHTS),
+        }
+        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return path
+
+
+def read_checkpoint_meta(path: str | Path) -> dict:
+    """Read and validate ``checkpoint.json`` of checkpoint folder ``path``."""
+    path = Path(path)
+    meta_path = path / META
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is not a folder (expected {META} + {WEIGHTS})")
+    if not meta_path.is_file():
+        raise CheckpointError(f"checkpoint {path}: missing {META}")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{meta_path}: not valid JSON (truncated?): {err}") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{meta_path}: expected a JSON object, got {type(meta).__name__}")
+    missing = [name for name in REQUIRED_FIELDS if name not in meta]
+    if missing:
+        raise CheckpointError(f"{meta_path}: missing field(s) {missing}")
+    if meta["format"] != FORMAT:
+        raise CheckpointError(
+            f"{meta_path}: field 'format' is {meta['format']!r}, expected {FORMAT!r}"
+        )
+    if meta["format_version"] > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{meta_path}: format_version {meta['format_version']} is newer than this "
+            f"infoprobe ({FORMAT_VERSION}); upgrade infoprobe"
+        )
+    return meta
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    """Load a checkpoint folder: model (eval mode, on ``device``), task spec and metadata.
+
+    Verifies the weights file against the recorded SHA-256, so a truncated or swapped
+    weights file is reported instead of loaded.
+    """
+    from infoprobe.tasks import task_from_dict
+
+    path = Path(path)
+    meta = read_checkpoint_meta(path)
+    weights = path / WEIGHTS
+    if not weights.is_file():
+        raise CheckpointError(f"checkpoint {path}: missing {WEIGHTS}")
+    actual = file_sha256(weights)
+    if actual != meta["weights_sha256"]:
+        raise CheckpointError(
+            f"{weights}: SHA-256 {actual[:12]}… does not match checkpoint.json field "
+            f"'weights_sha256' {meta['weights_sha256'][:12]}… (truncated or replaced file)"
+        )
+    cfg = ModelConfig.from_dict(meta["model_config"])
+    model = InfoFlowTransformer(cfg)
+    model.load_state_dict(load_file(str(weights)))
+    model.to(device).eval()
+    return Checkpoint(path, model, task_from_dict(meta["task"]), cfg, meta)

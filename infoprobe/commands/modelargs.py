@@ -1,0 +1,172 @@
+"""Command-line options for the model architecture and training (shared by commands)."""
+
+from __future__ import annotations
+
+import argparse
+
+from infoprobe.errors import UsageError
+from infoprobe.model import POS_ENCODINGS, ModelConfig
+from infoprobe.train import TrainConfig
+
+DEFAULT_MODEL = ModelConfig(d_in=1, n_ctx=1)
+DEFAULT_TRAIN = TrainConfig()
+
+
+def parse_heads(text: str) -> tuple[int, ...]:
+    """``"2,3"`` → (2, 3): heads per layer; the list's length is the depth L."""
+    try:
+        heads = tuple(int(h) for h in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--heads expects comma-separated head counts per layer like 2,2; got {text!r}"
+        ) from None
+    if not heads or min(heads) < 1:
+        raise argparse.ArgumentTypeError(f"--heads needs >= 1 head per layer, got {text!r}")
+    return heads
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Architecture options; T, d and d_out come from the task."""
+    g = parser.add_argument_group("model", "architecture (T, d and d_out come from the task)")
+    g.add_argument(
+        "--heads",
+        type=parse_heads,
+        default=DEFAULT_MODEL.heads,
+        metavar="H1,H2,..",
+        help="heads per layer; the number of entries is the depth L (default: 2,2)",
+    )
+    g.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        metavar="L",
+        help="depth; only as a check against the length of --heads",
+    )
+    g.add_argument(
+        "--E",
+        "--d-model",
+        dest="d_model",
+        type=int,
+        default=DEFAULT_MODEL.d_model,
+        help="residual width E = n*h (default: %(default)s)",
+    )
+    g.add_argument(
+        "--d-head",
+        type=int,
+        default=None,
+        help="per-head dimension n (default: E / h of each layer)",
+    )
+    g.add_argument(
+        "--pos-encoding",
+        choices=POS_ENCODINGS,
+        default=None,
+        help="positional encoding (default: learned if the task needs positions, else none)",
+    )
+    g.add_argument(
+        "--no-residual",
+        dest="residual",
+        action="store_false",
+        help="remove the residual connections",
+    )
+    g.add_argument("--layer-norm", action="store_true", help="pre-LayerNorm (default: off)")
+    g.add_argument(
+        "--d-mlp",
+        type=int,
+        default=DEFAULT_MODEL.d_mlp,
+        help="FFN width per block, 0 removes it (default: %(default)s)",
+    )
+    g.add_argument(
+        "--d-readout",
+        type=int,
+        default=DEFAULT_MODEL.d_readout,
+        help="hidden width of the CLS readout MLP (default: %(default)s)",
+    )
+
+
+def model_config_from_args(args: argparse.Namespace, task) -> ModelConfig:
+    """The :class:`ModelConfig` for ``task`` from parsed options."""
+    if args.layers is not None and args.layers != len(args.heads):
+        raise UsageError(
+            f"--layers {args.layers} but --heads {','.join(map(str, args.heads))} "
+            f"lists {len(args.heads)} layer(s); give one head count per layer"
+        )
+    pos = args.pos_encoding or ("learned" if task.needs_positions else "none")
+    return ModelConfig(
+        d_in=task.d,
+        n_ctx=task.T,
+        d_model=args.d_model,
+        heads=args.heads,
+        d_head=args.d_head,
+        pos_encoding=pos,
+        residual=args.residual,
+        layer_norm=args.layer_norm,
+        d_mlp=args.d_mlp,
+        d_readout=args.d_readout,
+        d_out=task.d_out,
+    )
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Optimisation options (defaults are the paper's, except where noted)."""
+    d = DEFAULT_TRAIN
+    g = parser.add_argument_group("training", "AdamW with warm-up + cosine decay")
+    g.add_argument(
+        "--steps", type=int, default=d.steps, help="optimiser steps (default: %(default)s)"
+    )
+    g.add_argument("--batch-size", type=int, default=d.batch_size, help="default: %(default)s")
+    g.add_argument(
+        "--lr", type=float, default=d.lr, help="peak learning rate (default: %(default)s)"
+    )
+    g.add_argument(
+        "--weight-decay", type=float, default=d.weight_decay, help="default: %(default)s"
+    )
+    g.add_argument(
+        "--warmup", type=int, default=d.warmup, help="warm-up steps (default: %(default)s)"
+    )
+    g.add_argument(
+        "--grad-clip",
+        type=float,
+        default=d.grad_clip,
+        help="max gradient norm, 0 = off (default: %(default)s)",
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=d.seed,
+        help="model init and data streams (default: %(default)s)",
+    )
+    g.add_argument(
+        "--n-train",
+        type=int,
+        default=None,
+        help="fixed training-set size (default: fresh samples every step)",
+    )
+    g.add_argument("--n-val", type=int, default=d.n_val, help="default: %(default)s")
+    g.add_argument("--n-test", type=int, default=d.n_test, help="default: %(default)s")
+    g.add_argument("--eval-every", type=int, default=d.eval_every, help="default: %(default)s")
+    g.add_argument(
+        "--patience",
+        type=int,
+        default=None,
+        help="early stopping after this many evaluations without improvement",
+    )
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        warmup=args.warmup,
+        grad_clip=args.grad_clip,
+        seed=args.seed,
+        n_train=args.n_train,
+        n_val=args.n_val,
+        n_test=args.n_test,
+        eval_every=args.eval_every,
+        patience=args.patience,
+        device=args.device,
+    )

@@ -1,0 +1,5 @@
+"""Errors about how a command or function was called (shown to users as one line)."""
+
+
+class UsageError(ValueError):
+    """Options or arguments that do not fit together; the message names the fix."""

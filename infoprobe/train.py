@@ -1,0 +1,276 @@
+"""Training: a plain loop you can read top to bottom (AdamW, warm-up + cosine, clipping).
+
+NMSE = MSE / Var(y), pooled over the output coordinates (= 1 − R² variance-weighted).
+The network trains on standardised targets, so its training loss is already an NMSE.
+Data streams are seeded from ``TrainConfig.seed`` (see docs/conventions.md): training
+``default_rng([seed, 0])``, validation ``[seed, 1]``, test ``[seed, 2]``; the model is
+initialised from ``seed`` with a local generator, so a run is deterministic on CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from infoprobe.model import InfoFlowTransformer, ModelConfig
+
+TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
+
+
+class TrainingError(ValueError):
+    """A training configuration field has an invalid value."""
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or Inf; ``.result`` holds the last good state."""
+
+    def __init__(self, step: int, result: TrainResult):
+        super().__init__(
+            f"non-finite training loss at step {step}; stopped. The last good model "
+            f"(best validation NMSE {result.val_nmse:.3g}) is kept in .result"
+        )
+        self.step = step
+        self.result = result
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings (paper: AdamW, lr 1e-3, wd 1e-2, cosine, fresh samples).
+
+    Args:
+        steps: optimiser steps.
+        batch_size: samples per step.
+        lr: peak learning rate (after ``warmup`` linear steps, cosine decay to 0).
+        weight_decay: AdamW weight decay.
+        warmup: linear warm-up steps.
+        grad_clip: max global gradient norm (0 disables clipping).
+        seed: model initialisation and data streams.
+        n_train: ``None`` draws fresh samples every step; an int fixes a training set of
+            that many samples, drawn once.
+        n_val, n_test: sizes of the validation and test sets.
+        eval_every: steps between validation evaluations.
+        patience: stop after this many evaluations without improvement (``None``: never).
+        device: torch device (``"cpu"`` or ``"cuda"``).
+    """
+
+    steps: int = 10_000
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    warmup: int = 100
+    grad_clip: float = 1.0
+    seed: int = 0
+    n_train: int | None = None
+    n_val: int = 4096
+    n_test: int = 4096
+    eval_every: int = 250
+    patience: int | None = None
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "batch_size", "n_val", "n_test", "eval_every")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise TrainingError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise TrainingError(f"TrainConfig.lr must be > 0, got {self.lr}")
+        if self.n_train is not None and self.n_train < self.batch_size:
+            raise TrainingError(
+                f"TrainConfig.n_train={self.n_train} is smaller than batch_size={self.batch_size}"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns: the best model (by validation NMSE) and its record."""
+
+    model: InfoFlowTransformer
+    history: list[dict] = field(default_factory=list)
+    val_nmse: float = math.inf
+    test_nmse: float = math.nan
+    best_step: int = 0
+    seconds: float = 0.0
+    stopped: str = "completed"
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "val_nmse": self.val_nmse,
+            "test_nmse": self.test_nmse,
+            "best_step": self.best_step,
+            "seconds": round(self.seconds, 2),
+            "stopped": self.stopped,
+        }
+
+
+def nmse(pred: torch.Tensor, y: torch.Tensor) -> float:
+    """MSE / Var(y) pooled over outputs: Σ(pred−y)² / Σ(y−ȳ)²; pred, y [n, d_out]."""
+    pred, y = pred.double(), y.double()
+    return float(((pred - y) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+
+
+def check_task_fits(task: Any, cfg: ModelConfig) -> None:
+    """Raise :class:`TrainingError` if the model's input shape does not fit the task."""
+    for name, expected, actual in (
+        ("n_ctx (T)", task.T, cfg.n_ctx),
+        ("d_in (d)", task.d, cfg.d_in),
+        ("d_out", task.d_out, cfg.d_out),
+    ):
+        if expected != actual:
+            raise TrainingError(
+                f"model config field {name} is {actual} but task {task.name} needs {expected}"
+            )
+
+
+def _tensors(task: Any, n: int, rng: np.random.Generator, device: str):
+    x, y = task.sample(n, rng)
+    return torch.as_tensor(x, device=device), torch.as_tensor(y, device=device)
+
+
+@torch.inference_mode()
+def evaluate(
+    model: InfoFlowTransformer, x: torch.Tensor, y: torch.Tensor, batch: int = 4096
+) -> float:
+    """NMSE of ``model`` on x [n, T, d], y [n, d_out], evaluated in batches."""
+    was_training = model.training
+    model.eval()
+    pred = torch.cat([model(x[i : i + batch]) for i in range(0, len(x), batch)])
+    model.train(was_training)
+    return nmse(pred, y)
+
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to 1 over ``cfg.warmup`` steps, then cosine decay to 0."""
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def train(
+    task: Any, model_cfg: ModelConfig, cfg: TrainConfig, *, progress: bool = True
+) -> TrainResult:
+    """Train an :class:`InfoFlowTransformer` on ``task``; return the best model.
+
+    Raises :class:`NonFiniteLossError` (with the last good state) if the loss diverges.
+    """
+    check_task_fits(task, model_cfg)
+    device = cfg.device
+    model = InfoFlowTransformer(model_cfg, seed=cfg.seed).to(device)
+    train_rng = np.random.default_rng([cfg.seed, TRAIN_STREAM])
+    x_val, y_val = _tensors(task, cfg.n_val, np.random.default_rng([cfg.seed, VAL_STREAM]), device)
+    fixed = _tensors(task, cfg.n_train, train_rng, device) if cfg.n_train else None
+    # Standardise targets with the validation set's statistics (held-out, no test peek).
+    model.readout.y_mean.copy_(y_val.mean(0))
+    model.readout.y_scale.copy_(y_val.std(0).clamp_min(1e-8))
+
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+    result = TrainResult(model=model)
+    best_state, evals_since_best = copy.deepcopy(model.state_dict()), 0
+    start = time.perf_counter()
+    bar = tqdm(range(cfg.steps), desc=f"train {task.name}", disable=not progress, mininterval=1.0)
+    for step in bar:
+        if fixed is None:
+            xb, yb = _tensors(task, cfg.batch_size, train_rng, device)
+        else:
+            idx = torch.as_tensor(train_rng.integers(0, cfg.n_train, cfg.batch_size), device=device)
+            xb, yb = fixed[0][idx], fixed[1][idx]
+        loss = (((model(xb) - yb) / model.readout.y_scale) ** 2).mean()
+        if not torch.isfinite(loss):
+            model.load_state_dict(best_state)
+            result.stopped = f"non-finite loss at step {step}"
+            result.seconds = time.perf_counter() - start
+            raise NonFiniteLossError(step, result)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            val, train_loss = evaluate(model, x_val, y_val), loss.item()
+            result.history.append(
+                {
+                    "step": step + 1,
+                    "train_loss": train_loss,
+                    "val_nmse": val,
+                    "lr": sched.get_last_lr()[0],
+                }
+            )
+            bar.set_postfix(loss=f"{train_loss:.3g}", val_nmse=f"{val:.3g}")
+            if val < result.val_nmse:
+                result.val_nmse, result.best_step = val, step + 1
+                best_state, evals_since_best = copy.deepcopy(model.state_dict()), 0
+            else:
+                evals_since_best += 1
+                if cfg.patience is not None and evals_since_best >= cfg.patience:
+                    result.stopped = f"early stopping at step {step + 1}"
+                    break
+    model.load_state_dict(best_state)
+    model.eval()
+    x_test, y_test = _tensors(
+        task, cfg.n_test, np.random.default_rng([cfg.seed, TEST_STREAM]), device
+    )
+    result.test_nmse = evaluate(model, x_test, y_test)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def train_and_save(
+    task: Any,
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    out,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> TrainResult:
+    """Train, then write the checkpoint folder ``out`` (refused up front if it exists).
+
+    If the loss diverges, the last good model is still saved (its metrics record where
+    training stopped) before :class:`NonFiniteLossError` propagates.
+    """
+    from infoprobe.atomic import refuse_existing
+    from infoprobe.checkpoint import save_checkpoint
+
+    refuse_existing(Path(out), overwrite, "checkpoint")
+    try:
+        result = train(task, model_cfg, cfg, progress=progress)
+    except NonFiniteLossError as err:
+        result = err.result
+        save_checkpoint(
+            out,
+            result.model,
+            task,
+            train_config=cfg.to_dict(),
+            history=result.history,
+            metrics=result.metrics(),
+            overwrite=overwrite,
+        )
+        raise
+    save_checkpoint(
+        out,
+        result.model,
+        task,
+        train_config=cfg.to_dict(),
+        history=result.history,
+        metrics=result.metrics(),
+        overwrite=overwrite,
+    )
+    return result
