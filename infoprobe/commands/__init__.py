@@ -1,1 +1,1 @@
-"""(being written)"""
+"""One module per `infoprobe` subcommand; each exposes ``register(subparsers)``."""

@@ -1,0 +1,158 @@
+"""``infoprobe predict``: InfoFlow's verdict, exponent, program and predicted sets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from infoprobe.atomic import OutputExistsError
+from infoprobe.commands.modelargs import add_model_arguments, model_config_from_args, parse_heads
+from infoprobe.commands.taskargs import add_task_arguments, task_from_args
+from infoprobe.infoflow import (
+    KTH_LAWS,
+    InfoFlowError,
+    as_architecture,
+    format_grid,
+    grid_figure,
+    predict,
+    prediction_grid,
+    write_sets,
+)
+from infoprobe.infoflow.grid import default_heads
+from infoprobe.tasks import TaskError
+
+DESCRIPTION = """\
+Predict, from the InfoFlow theory alone (no training), whether an architecture can
+approximate a task efficiently: the cheapest program of max retrievals / aggregations
+under the heads of each layer, its cost exponent alpha(T) (parameters ~ eps^-alpha),
+the verdict (efficient iff alpha is bounded in T) and the minimum heads per layer.
+With --samples/--out it also writes the predicted information sets I(t, l) of N task
+samples to HDF5 ([L+1, N, T+1, T+1] bool; 0-based, CLS = T; see docs/infoflow.md)."""
+
+EPILOG = """\
+examples:
+  infoprobe predict --task intrinsic-dim --D 3 --T 64 --heads 2,3
+  infoprobe predict --task pairwise-min --T 32 --heads 1 --json
+  infoprobe predict --task fixed-positions --heads 1 --E 8 --pos-encoding learned
+  infoprobe predict --task intrinsic-dim --D 2 --T 8 --heads 2,2 --samples 1000 --out pred.h5
+  infoprobe predict --task intrinsic-dim --D 3 --heads 3,3 --grid --grid-T 8,16,32,64
+"""
+
+
+def _heads_list(text: str) -> list[tuple[int, ...]]:
+    return [parse_heads(part) for part in text.split(";") if part.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from err
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "predict",
+        help="InfoFlow verdict, exponent, program and predicted sets for a task + architecture",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_task_arguments(parser)
+    add_model_arguments(parser)
+    g = parser.add_argument_group("prediction")
+    g.add_argument(
+        "--kth-law",
+        choices=sorted(KTH_LAWS),
+        default="tail",
+        help="k-th retrieval cost law: tail = (T-k-1)/(n+1) (default), rank = (k-1)/n",
+    )
+    g.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    g.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --out: number of task samples whose predicted sets are written",
+    )
+    g.add_argument("--out", default=None, metavar="PRED.h5", help="HDF5 file for the sets")
+    g.add_argument(
+        "--data-seed",
+        type=int,
+        default=0,
+        help="samples come from numpy.random.default_rng(DATA_SEED) (default: 0)",
+    )
+    g.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    grid = parser.add_argument_group("grid", "verdict table over T and heads (--grid)")
+    grid.add_argument("--grid", action="store_true", help="print the phase-boundary table")
+    grid.add_argument(
+        "--grid-T",
+        type=_ints,
+        default=[8, 16, 32, 64],
+        metavar="T1,T2,..",
+        help="sequence lengths (default: 8,16,32,64)",
+    )
+    grid.add_argument(
+        "--grid-heads",
+        type=_heads_list,
+        default=None,
+        metavar="H;H;..",
+        help="head vectors, e.g. '1,1;2,2;2,3' (default: all up to max+1)",
+    )
+    grid.add_argument(
+        "--plot", default=None, metavar="GRID.png", help="also save the grid as a heat map"
+    )
+    parser.set_defaults(func=run)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        task = task_from_args(args)
+        config = model_config_from_args(args, task)
+        prediction = predict(task, config, kth_law=args.kth_law)
+        if args.grid:
+            return _run_grid(args, task, prediction)
+        print(json.dumps(prediction.to_dict(), indent=2) if args.json else prediction.describe())
+        if (args.samples is None) != (args.out is None):
+            raise InfoFlowError("--samples and --out go together: give both or neither")
+        if args.out is not None:
+            if args.samples < 1:
+                raise InfoFlowError(f"--samples must be >= 1, got {args.samples}")
+            x, _ = task.sample(args.samples, np.random.default_rng(args.data_seed))
+            provenance = {"data_seed": args.data_seed, "samples": args.samples,
+                          "generator": "numpy.random.default_rng(data_seed)"}  # fmt: skip
+            path = write_sets(args.out, prediction, x, provenance,
+                              overwrite=args.overwrite, progress=not args.quiet)  # fmt: skip
+            if not args.json:
+                print(
+                    f"wrote predicted sets [L+1, N, T+1, T+1] of {args.samples} samples to {path}"
+                )
+    except (TaskError, InfoFlowError, OutputExistsError, ValueError) as err:
+        print(f"error: {err}")
+        return 2
+    return 0
+
+
+def _run_grid(args: argparse.Namespace, task, prediction) -> int:
+    arch = as_architecture(prediction.arch)
+    extra = [prediction.min_heads] if prediction.min_heads else []
+    heads_list = args.grid_heads or default_heads(arch, extra)
+    for heads in heads_list:
+        if len(heads) != arch.n_layers:
+            raise InfoFlowError(
+                f"--grid-heads entry {','.join(map(str, heads))} has {len(heads)} layer(s); "
+                f"--heads has {arch.n_layers}"
+            )
+    cells = prediction_grid(task, arch, args.grid_T, heads_list, kth_law=args.kth_law)
+    print(f"task {task.name} {task.params()} (T varies), E={arch.d_model}, "
+          f"positional encoding: {'yes' if arch.positions else 'no'}")  # fmt: skip
+    print(format_grid(cells))
+    if args.plot:
+        grid_figure(cells, title=f"{task.name}: InfoFlow exponent").savefig(args.plot, dpi=120)
+        print(f"wrote {args.plot}")
+    return 0

@@ -1,0 +1,60 @@
+"""The InfoFlow engine: information sets, programs, the cost law and predictions.
+
+from infoprobe.infoflow import predict
+p = predict(make_task("intrinsic-dim", D=3, T=64), (3, 3), d_model=48)
+p.verdict, p.exponent(64), p.min_heads, print(p.describe())
+sets = p.sets(x)    # bool [L+1, n, T+1, T+1] (layer, sample, token, position)
+"""
+
+from .arch import Architecture, as_architecture
+from .cost import KTH_LAWS, Affine, Exponent, decode_alpha, kth_law_rank, kth_law_tail
+from .errors import (
+    ArchitectureError,
+    InfoFlowError,
+    ProgramError,
+    ScoreAccessError,
+    SetsFileError,
+)
+from .execute import execute, initial_sets
+from .grid import GridCell, format_grid, grid_figure, prediction_grid
+from .predict import EFFICIENT, INEFFICIENT, Prediction, minimum_heads, predict
+from .program import AggregateAll, AggregatePositions, Decode, Head, Program, Retrieve
+from .schedule import derive_program
+from .store import SetsFile, read_sets, write_sets
+
+__all__ = [
+    "EFFICIENT",
+    "INEFFICIENT",
+    "KTH_LAWS",
+    "Affine",
+    "AggregateAll",
+    "AggregatePositions",
+    "Architecture",
+    "ArchitectureError",
+    "Decode",
+    "Exponent",
+    "GridCell",
+    "Head",
+    "InfoFlowError",
+    "Prediction",
+    "Program",
+    "ProgramError",
+    "Retrieve",
+    "ScoreAccessError",
+    "SetsFile",
+    "SetsFileError",
+    "as_architecture",
+    "decode_alpha",
+    "derive_program",
+    "execute",
+    "format_grid",
+    "grid_figure",
+    "initial_sets",
+    "kth_law_rank",
+    "kth_law_tail",
+    "minimum_heads",
+    "predict",
+    "prediction_grid",
+    "read_sets",
+    "write_sets",
+]

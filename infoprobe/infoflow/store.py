@@ -1,0 +1,125 @@
+"""HDF5 files of predicted sets: written by ``infoprobe predict --out``, read by compare.
+
+Layout (``h5dump -H`` explains it): dataset ``/sets`` bool ``[L+1, N, T+1, T+1]``
+(axes layer, sample, token, position; 0-based, CLS = T, layer 0 = embedding) and
+``/inputs/x`` float32 ``[N, T, d]``. Root attributes: ``schema``, ``infoprobe_version``,
+``task`` / ``arch`` / ``provenance`` / ``prediction`` (JSON), ``program`` (text),
+``inputs_sha256``. Written to ``NAME.tmp-<pid>`` and renamed.
+"""
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from infoprobe import __version__
+from infoprobe.atomic import atomic_output
+
+from .errors import SetsFileError
+from .execute import DEFAULT_CHUNK, execute
+from .predict import Prediction
+
+SCHEMA = "infoprobe.predicted-sets/1"
+AXES = "layer,sample,token,position"
+CONVENTION = (
+    "0-based: data tokens/positions 0..T-1 are the paper's 1..T, CLS is T (paper T+1); "
+    "layer 0 = embedding (blocks.0.hook_resid_pre), layer l = blocks.{l-1}.hook_resid_post"
+)
+JSON_ATTRS = ("task", "arch", "provenance", "prediction")
+
+
+@dataclass(frozen=True)
+class SetsFile:
+    """Contents of a predicted-sets file; ``sets`` bool [L+1, N, T+1, T+1], ``x`` [N, T, d]."""
+
+    sets: np.ndarray
+    x: np.ndarray
+    task: dict[str, Any]
+    arch: dict[str, Any]
+    provenance: dict[str, Any]
+    prediction: dict[str, Any]
+    program: str
+
+
+def inputs_hash(x: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
+
+
+def write_sets(
+    path: str | os.PathLike,
+    prediction: Prediction,
+    x: np.ndarray,
+    provenance: dict[str, Any],
+    *,
+    overwrite: bool = False,
+    chunk: int = DEFAULT_CHUNK,
+    progress: bool = False,
+) -> Path:
+    """Compute the predicted sets of ``x`` [N, T, d] chunk by chunk and write them to ``path``.
+
+    ``provenance``: how ``x`` was made (e.g. data seed, N), stored as JSON.
+    """
+    x = prediction.task.check_inputs(x).astype(np.float32)
+    n, T, _ = x.shape
+    L = prediction.program.n_layers
+    summary = {k: v for k, v in prediction.to_dict().items() if k != "program"}
+    with atomic_output(path, overwrite=overwrite, what="predicted-sets file") as tmp:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["schema"] = SCHEMA
+            f.attrs["infoprobe_version"] = __version__
+            f.attrs["axes"] = AXES
+            f.attrs["convention"] = CONVENTION
+            f.attrs["task"] = json.dumps(prediction.task.to_dict(), sort_keys=True)
+            f.attrs["arch"] = json.dumps(prediction.arch.to_dict(), sort_keys=True)
+            f.attrs["provenance"] = json.dumps(provenance, sort_keys=True, default=str)
+            f.attrs["prediction"] = json.dumps(summary, sort_keys=True)
+            f.attrs["program"] = prediction.program_text()
+            f.attrs["inputs_sha256"] = inputs_hash(x)
+            f.create_dataset("inputs/x", data=x)
+            step = max(1, min(chunk, n))
+            sets = f.create_dataset(
+                "sets", shape=(L + 1, n, T + 1, T + 1), dtype=bool,
+                chunks=(1, min(step, max(1, n)), T + 1, T + 1), compression="gzip",
+            )  # fmt: skip
+            sets.attrs["axes"] = AXES
+            for start in range(0, n, step):
+                stop = min(n, start + step)
+                sets[:, start:stop] = execute(prediction.program, x[start:stop], progress=progress)
+    return Path(path)
+
+
+def read_sets(path: str | os.PathLike) -> SetsFile:
+    """Read a file written by :func:`write_sets`; SetsFileError names what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise SetsFileError(f"{path}: no such predicted-sets file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise SetsFileError(f"{path}: not an HDF5 file ({err})") from err
+    with f:
+        if f.attrs.get("schema") != SCHEMA:
+            raise SetsFileError(
+                f"{path}: attribute 'schema' is {f.attrs.get('schema')!r}, expected {SCHEMA!r}"
+            )
+        for field in (*JSON_ATTRS, "program"):
+            if field not in f.attrs:
+                raise SetsFileError(f"{path}: missing root attribute {field!r}")
+        for name in ("sets", "inputs/x"):
+            if name not in f:
+                raise SetsFileError(f"{path}: missing dataset '/{name}'")
+        sets, x = f["sets"][()], f["inputs/x"][()]
+        meta = {field: json.loads(f.attrs[field]) for field in JSON_ATTRS}
+        program = str(f.attrs["program"])
+    n, T = x.shape[:2]
+    if sets.ndim != 4 or sets.shape[1:] != (n, T + 1, T + 1) or sets.dtype != bool:
+        raise SetsFileError(
+            f"{path}: dataset '/sets' must be bool [L+1, {n}, {T + 1}, {T + 1}], "
+            f"got {sets.dtype} {list(sets.shape)}"
+        )
+    return SetsFile(sets=sets, x=x, program=program, **meta)

@@ -1,0 +1,127 @@
+"""How a task declares its comparison structure: plain data the InfoFlow engine reads.
+
+The engine (``infoprobe.infoflow``) never looks at a task's name; it schedules what the
+task declares here onto an architecture's heads. Vocabulary (see docs/infoflow.md):
+
+* A :class:`Comparison` is one content comparison the target needs, e.g. "max over pairs
+  (s, t) of x(s)^T A_1 x(t)". Its ``order`` is the tuple size (1: each token against a
+  fixed query, 2: pairs, 3: triples).
+* A comparison is resolved by a chain of :class:`Stage` s, each one max-position (or
+  k-th) retrieval performed by one query group (``"data"`` tokens or ``"cls"``) at a
+  later layer than the previous stage. The last stage runs at CLS.
+* A *chain* is the list of input positions a token has gathered for one comparison:
+  a data token t starts with ``[t]``, CLS starts empty; when a query retrieves key s its
+  chain becomes ``query_chain + key_chain(s)``.
+* A score function is a vectorised callable ``score(q, k) -> [n, Q, K]`` (higher wins)
+  receiving only the first ``reads_query`` entries of each query's chain, ``q`` float
+  ``[n, Q, reads_query, d]`` (None when ``reads_query == 0``), and the first ``reads_key``
+  entries of each key's chain, ``k`` float ``[n, K, reads_key, d]``. This is how a score
+  declares what it reads; the engine checks that every position it hands over lies in the
+  query's or key's information set at that layer.
+* A comparison with ``positions`` selects by position instead: the fixed set P is
+  coupled at CLS (position-specific aggregation, needs positional encoding).
+* A comparison with neither stages nor positions (e.g. order 3) has no max-retrieval
+  decomposition; only aggregation can resolve it.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from .errors import TaskError
+
+QueryGroup = Literal["data", "cls"]
+QUERY_GROUPS: tuple[str, ...] = ("data", "cls")
+ScoreFunction = Callable[[np.ndarray | None, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One retrieval step of a comparison.
+
+    Args:
+        group: which queries perform it, ``"data"`` (every data token) or ``"cls"``.
+        score: ``score(q, k) -> [n, Q, K]`` float, higher is better (see module doc).
+        reads_query: how many entries of the query's chain the score reads (0 for CLS at
+            the first stage: CLS carries no input).
+        reads_key: how many entries of each key's chain the score reads (>= 1).
+        rank: 1 = argmax retrieval; k >= 2 = retrieve the key with the k-th largest score.
+        exclude_self: a data query never selects itself as key.
+        description: the stage in words, e.g. "each token t retrieves argmax_s <x(t), x(s)>".
+    """
+
+    group: QueryGroup
+    score: ScoreFunction
+    reads_query: int = 0
+    reads_key: int = 1
+    rank: int = 1
+    exclude_self: bool = False
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.group not in QUERY_GROUPS:
+            raise TaskError(f"Stage.group must be one of {QUERY_GROUPS}, got {self.group!r}")
+        if self.reads_key < 1 or self.reads_query < 0 or self.rank < 1:
+            raise TaskError(
+                "Stage needs reads_key >= 1, reads_query >= 0 and rank >= 1, got "
+                f"reads_key={self.reads_key}, reads_query={self.reads_query}, rank={self.rank}"
+            )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison the target needs (see module doc).
+
+    Args:
+        label: short name, e.g. ``"pair-max[A_1]"``.
+        order: tuple size of the comparison (1, 2, 3, ...), or |P| for a positional one.
+        stages: the retrieval chain resolving it (empty: no retrieval decomposition).
+        positions: fixed 0-based positions coupled at CLS (a positional comparison).
+        tuples: number of token tuples compared (the comparison number's share).
+        description: the comparison in words.
+    """
+
+    label: str
+    order: int
+    stages: tuple[Stage, ...] = ()
+    positions: tuple[int, ...] | None = None
+    tuples: int = 1
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.order < 1:
+            raise TaskError(f"Comparison {self.label!r}: order must be >= 1, got {self.order}")
+        if self.positions is not None and self.stages:
+            raise TaskError(
+                f"Comparison {self.label!r}: declare either stages or positions, not both"
+            )
+        if self.stages and self.stages[-1].group != "cls":
+            raise TaskError(
+                f"Comparison {self.label!r}: the last stage must run at 'cls' (the readout), "
+                f"got {self.stages[-1].group!r}"
+            )
+
+    @property
+    def selects_by_position(self) -> bool:
+        return self.positions is not None
+
+
+@dataclass(frozen=True)
+class ComparisonStructure:
+    """Everything a task's target needs: its comparisons and how CLS combines them."""
+
+    comparisons: tuple[Comparison, ...]
+    combine: str = ""
+
+    @property
+    def order(self) -> int:
+        """The comparison order: the largest tuple size among content comparisons."""
+        content = [c.order for c in self.comparisons if not c.selects_by_position]
+        return max(content, default=1)
+
+    @property
+    def number(self) -> int:
+        """The comparison number: how many token tuples are compared in total."""
+        return sum(c.tuples for c in self.comparisons)
