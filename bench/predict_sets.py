@@ -13,10 +13,10 @@ import statistics
 import time
 
 import numpy as np
-from infoprobe.tasks import make_task
 from threadpoolctl import threadpool_info
 
 from infoprobe.infoflow import AggregateAll, AggregatePositions, predict
+from infoprobe.tasks import make_task
 
 GATE = 50.0
 

@@ -27,8 +27,11 @@ class PlainTransformer(nn.Module):
         super().__init__()
         self.cfg = hooked.cfg
         self.params = nn.ParameterDict(
-            {k.replace(".", "__"): nn.Parameter(v.detach().clone())
-             for k, v in hooked.named_parameters()})
+            {
+                k.replace(".", "__"): nn.Parameter(v.detach().clone())
+                for k, v in hooked.named_parameters()
+            }
+        )
         self.y_mean = hooked.readout.y_mean.clone()
         self.y_scale = hooked.readout.y_scale.clone()
 
@@ -76,8 +79,9 @@ def main() -> None:
     parser.add_argument("--heads", default="2,2")
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
-    cfg = ModelConfig(d_in=4, n_ctx=args.T, d_model=args.E,
-                      heads=tuple(int(h) for h in args.heads.split(",")))
+    cfg = ModelConfig(
+        d_in=4, n_ctx=args.T, d_model=args.E, heads=tuple(int(h) for h in args.heads.split(","))
+    )
     hooked = InfoFlowTransformer(cfg, seed=0)
     plain = PlainTransformer(hooked)
     g = torch.Generator().manual_seed(0)
@@ -95,8 +99,10 @@ def main() -> None:
             if i >= 10:  # warm-up
                 times[name].append(t)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, T={args.T} "
-          f"E={args.E} heads={cfg.heads} batch={args.batch}, {len(times['plain'])} steps each")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, T={args.T} "
+        f"E={args.E} heads={cfg.heads} batch={args.batch}, {len(times['plain'])} steps each"
+    )
     print(f"median step: hooked {1e3 * med['hooked']:.2f} ms, plain {1e3 * med['plain']:.2f} ms")
     print(f"ratio hooked/plain: {med['hooked'] / med['plain']:.3f}x (gate <= 1.15)")
 

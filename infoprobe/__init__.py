@@ -7,10 +7,10 @@ observed information sets with the InfoFlow prediction.
 
 __version__ = "0.1.0"
 
-from infoprobe.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from infoprobe.infoflow import predict  # noqa: E402
-from infoprobe.model import InfoFlowTransformer, ModelConfig  # noqa: E402
-from infoprobe.train import TrainConfig  # noqa: E402
+from infoprobe.checkpoint import load_checkpoint, save_checkpoint
+from infoprobe.infoflow import predict
+from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.train import TrainConfig
 
 __all__ = [
     "InfoFlowTransformer",

@@ -16,8 +16,9 @@ from infoprobe.tasks import make_task
 @pytest.fixture
 def saved(tmp_path):
     task = make_task("fixed-positions", T=5, positions=(0, 2, 4), seed=3)
-    cfg = ModelConfig(d_in=task.d, n_ctx=task.T, d_out=task.d_out, d_model=8, heads=(2,),
-                      pos_encoding="learned")
+    cfg = ModelConfig(
+        d_in=task.d, n_ctx=task.T, d_out=task.d_out, d_model=8, heads=(2,), pos_encoding="learned"
+    )
     model = InfoFlowTransformer(cfg, seed=7)
     model.readout.y_mean.fill_(0.25)
     path = save_checkpoint(tmp_path / "ck", model, task, history=[{"step": 1, "val_nmse": 0.5}])

@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 import pytest
-from infoprobe.tasks import make_task
 
 from infoprobe.infoflow import EFFICIENT, INEFFICIENT, predict
 from infoprobe.model import ModelConfig
+from infoprobe.tasks import make_task
 
 E = 60  # divisible by 1..6 heads
 

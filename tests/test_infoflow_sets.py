@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from infoprobe.tasks import Comparison, ComparisonStructure, Stage, Task, make_task
-from infoprobe.tasks.scores import key_projection
 
 from infoprobe.cli import main
 from infoprobe.infoflow import (
@@ -32,6 +30,8 @@ from infoprobe.infoflow import (
     write_sets,
 )
 from infoprobe.infoflow.execute import execute_chunk
+from infoprobe.tasks import Comparison, ComparisonStructure, Stage, Task, make_task
+from infoprobe.tasks.scores import key_projection
 
 TASK_CHOICES = [
     ("intrinsic-dim", {"D": 2}),

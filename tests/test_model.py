@@ -63,17 +63,28 @@ def test_forward_matches_independent_reference(kw):
     torch.testing.assert_close(model(x), reference_forward(model, x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("names_filter", [
-    ["blocks.0.hook_resid_post", "blocks.1.attn.hook_pattern"],
-    "blocks.1.hook_mlp_out",
-    lambda name: name.endswith("hook_z"),
-])
+@pytest.mark.parametrize(
+    "names_filter",
+    [
+        ["blocks.0.hook_resid_post", "blocks.1.attn.hook_pattern"],
+        "blocks.1.hook_mlp_out",
+        lambda name: name.endswith("hook_z"),
+    ],
+)
 def test_run_with_cache_returns_exactly_the_requested_names(names_filter):
     model = make()
     _, cache = model.run_with_cache(x_batch(model), names_filter=names_filter)
-    wanted = {n for n in model.hook_dict if (
-        n in names_filter if isinstance(names_filter, list)
-        else n == names_filter if isinstance(names_filter, str) else names_filter(n))}
+    wanted = {
+        n
+        for n in model.hook_dict
+        if (
+            n in names_filter
+            if isinstance(names_filter, list)
+            else n == names_filter
+            if isinstance(names_filter, str)
+            else names_filter(n)
+        )
+    }
     assert set(cache) == wanted and wanted
 
 
@@ -107,7 +118,8 @@ def test_activation_cache_shorthand_and_stop_at_layer_agree():
     # The residual stream is the sum of its parts (residual on, no LayerNorm).
     torch.testing.assert_close(
         raw["blocks.0.hook_resid_mid"],
-        raw["blocks.0.hook_resid_pre"] + raw["blocks.0.hook_attn_out"])
+        raw["blocks.0.hook_resid_pre"] + raw["blocks.0.hook_attn_out"],
+    )
 
 
 def test_cls_is_the_last_position_and_embeds_without_input():
@@ -122,27 +134,32 @@ def test_editing_the_pattern_through_a_hook_changes_the_output():
     model = make()
     x = x_batch(model)
     base = model(x)
-    assert torch.equal(model.run_with_hooks(x, fwd_hooks=[
-        ("blocks.0.attn.hook_pattern", lambda p, hook: p)]), base)
+    assert torch.equal(
+        model.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: p)]), base
+    )
 
     def attend_to_key_0(pattern, hook):
         one_hot = torch.zeros_like(pattern)
         one_hot[..., 0] = 1.0
         return one_hot
 
-    _, edited = model.run_with_cache(x, names_filter=["blocks.0.attn.hook_v",
-                                                      "blocks.0.attn.hook_z"])
+    _, edited = model.run_with_cache(
+        x, names_filter=["blocks.0.attn.hook_v", "blocks.0.attn.hook_z"]
+    )
     model.add_hook("blocks.0.attn.hook_pattern", attend_to_key_0)
     try:
-        _, cache = model.run_with_cache(x, names_filter=["blocks.0.attn.hook_v",
-                                                         "blocks.0.attn.hook_z"])
+        _, cache = model.run_with_cache(
+            x, names_filter=["blocks.0.attn.hook_v", "blocks.0.attn.hook_z"]
+        )
         out = model(x)
     finally:
         model.reset_hooks()
     assert not torch.allclose(out, base)
     # z at every query is now v at key 0.
     v0 = cache["blocks.0.attn.hook_v"][:, :1]
-    torch.testing.assert_close(cache["blocks.0.attn.hook_z"], v0.expand_as(edited["blocks.0.attn.hook_z"]))
+    torch.testing.assert_close(
+        cache["blocks.0.attn.hook_z"], v0.expand_as(edited["blocks.0.attn.hook_z"])
+    )
 
 
 def test_without_positions_the_output_is_invariant_to_token_order():
@@ -160,12 +177,15 @@ def test_same_seed_same_weights_and_local_generator_only():
     assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-@pytest.mark.parametrize("kw, field", [
-    ({"d_model": 30, "heads": (4, 4)}, "not divisible"),
-    ({"heads": ()}, "heads"),
-    ({"pos_encoding": "rotary"}, "pos_encoding"),
-    ({"d_mlp": -1}, "d_mlp"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        ({"d_model": 30, "heads": (4, 4)}, "not divisible"),
+        ({"heads": ()}, "heads"),
+        ({"pos_encoding": "rotary"}, "pos_encoding"),
+        ({"d_mlp": -1}, "d_mlp"),
+    ],
+)
 def test_bad_config_names_the_field(kw, field):
     with pytest.raises(ConfigError, match=field):
         ModelConfig(d_in=2, n_ctx=4, **kw)

@@ -14,8 +14,22 @@ PILLARS = ("hooks", "probes", "tasks")
 
 @pytest.mark.slow
 def test_wheel_has_pillars_under_infoprobe_and_no_top_level_pillars(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("infoprobe-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for pillar in PILLARS:

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+
 from infoprobe.tasks import TASKS, Task, TaskError, make_task, task_from_dict
 
 SMALL = {

@@ -24,8 +24,16 @@ SMALL = TrainConfig(steps=60, batch_size=64, n_val=256, n_test=256, eval_every=2
 
 
 def small_model(task, **kw):
-    return ModelConfig(d_in=task.d, n_ctx=task.T, d_out=task.d_out, d_model=16, heads=(2, 2),
-                       d_mlp=32, d_readout=16, **kw)
+    return ModelConfig(
+        d_in=task.d,
+        n_ctx=task.T,
+        d_out=task.d_out,
+        d_model=16,
+        heads=(2, 2),
+        d_mlp=32,
+        d_readout=16,
+        **kw,
+    )
 
 
 def test_nmse_is_one_minus_variance_weighted_r2():
@@ -90,8 +98,7 @@ def test_early_stopping_stops_after_patience_evaluations(monkeypatch):
     task = make_task("intrinsic-dim", T=4, D=1)
     scores = iter([0.5, 0.4, 0.45, 0.46, 0.3, 0.2])  # best at eval 2, then 2 worse
     monkeypatch.setattr("infoprobe.train.evaluate", lambda *a, **k: next(scores, 1.0))
-    cfg = TrainConfig(steps=2000, batch_size=32, n_val=64, n_test=64, eval_every=10,
-                      patience=2)
+    cfg = TrainConfig(steps=2000, batch_size=32, n_val=64, n_test=64, eval_every=10, patience=2)
     result = train(task, small_model(task), cfg, progress=False)
     assert result.stopped == "early stopping at step 40"
     assert [h["step"] for h in result.history] == [10, 20, 30, 40]
@@ -122,8 +129,9 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
     assert all(torch.isfinite(p).all() for p in ck.model.parameters())
 
 
-@pytest.mark.parametrize("kw, field", [({"steps": 0}, "steps"), ({"lr": 0.0}, "lr"),
-                                       ({"n_train": 8}, "n_train")])
+@pytest.mark.parametrize(
+    "kw, field", [({"steps": 0}, "steps"), ({"lr": 0.0}, "lr"), ({"n_train": 8}, "n_train")]
+)
 def test_bad_training_config_names_the_field(kw, field):
     with pytest.raises(TrainingError, match=field):
         TrainConfig(**kw)
