@@ -66,7 +66,7 @@ def test_truncated_weights_are_detected(saved):
     path = saved[0]
     weights = path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
-    with pytest.raises(CheckpointError, match="SHA-256.*truncated"):
+    with pytest.raises(CheckpointError, match=r"SHA-256.*truncated"):
         load_checkpoint(path)
 
 
@@ -88,11 +88,11 @@ def test_foreign_truncated_and_absent_checkpoints(saved, tmp_path):
     with pytest.raises(CheckpointError, match="not valid JSON"):
         load_checkpoint(path)
     meta_path.write_text(json.dumps({**json.loads(text), "format": "other.tool"}))
-    with pytest.raises(CheckpointError, match="'format'.*other.tool"):
+    with pytest.raises(CheckpointError, match=r"'format'.*other\.tool"):
         load_checkpoint(path)
     with pytest.raises(CheckpointError, match="not a folder"):
         load_checkpoint(tmp_path / "nowhere")
     (path / "model.safetensors").unlink()
     meta_path.write_text(text)
-    with pytest.raises(CheckpointError, match="missing model.safetensors"):
+    with pytest.raises(CheckpointError, match=r"missing model\.safetensors"):
         load_checkpoint(path)

@@ -174,7 +174,10 @@ def test_same_seed_same_weights_and_local_generator_only():
     state = torch.random.get_rng_state()
     a, b = make(), make()
     assert torch.equal(state, torch.random.get_rng_state())
-    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(
+        torch.equal(p, q)
+        for p, q in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,7 @@ def test_training_is_deterministic_and_leaves_global_rng_alone():
     b = train(task, small_model(task), SMALL, progress=False)
     assert torch.equal(state, torch.random.get_rng_state())
     assert a.history == b.history
-    for p, q in zip(a.model.state_dict().values(), b.model.state_dict().values()):
+    for p, q in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True):
         assert torch.equal(p, q)
 
 
