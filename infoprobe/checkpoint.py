@@ -27,7 +27,11 @@ FORMAT = "infoprobe.checkpoint"
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
-REQUIRED_FIELDS = ("format", "format_version", "model_config", "task", "weights_sha256")
+REQUIRED_FIELDS = ("format", "format_version", "model_config", "weights_sha256")
+NO_TASK_HINT = (
+    "this checkpoint does not say which task it was trained on; pass --task NAME and its "
+    "parameters (Python: task=make_task(...))"
+)
 
 
 class CheckpointError(ValueError):
@@ -112,8 +116,12 @@ def save_checkpoint(
     return path
 
 
-def read_checkpoint_meta(path: str | Path) -> dict:
-    """Read and validate ``checkpoint.json`` of checkpoint folder ``path``."""
+def read_checkpoint_meta(path: str | Path, *, require_task: bool = True) -> dict:
+    """Read and validate ``checkpoint.json`` of checkpoint folder ``path``.
+
+    ``require_task=False`` accepts a checkpoint without a ``task`` field (one made outside
+    infoprobe's training), for callers that supply the task themselves.
+    """
     path = Path(path)
     meta_path = path / META
     if not path.is_dir():
@@ -129,6 +137,8 @@ def read_checkpoint_meta(path: str | Path) -> dict:
     missing = [name for name in REQUIRED_FIELDS if name not in meta]
     if missing:
         raise CheckpointError(f"{meta_path}: missing field(s) {missing}")
+    if require_task and "task" not in meta:
+        raise CheckpointError(f"{meta_path}: missing field(s) ['task']: {NO_TASK_HINT}")
     if meta["format"] != FORMAT:
         raise CheckpointError(
             f"{meta_path}: field 'format' is {meta['format']!r}, expected {FORMAT!r}"
@@ -141,16 +151,24 @@ def read_checkpoint_meta(path: str | Path) -> dict:
     return meta
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu", *, task: Any = None
+) -> Checkpoint:
     """Load a checkpoint folder: model (eval mode, on ``device``), task spec and metadata.
 
     Verifies the weights file against the recorded SHA-256, so a truncated or swapped
-    weights file is reported instead of loaded.
+    weights file is reported instead of loaded. ``task`` supplies the task of a checkpoint
+    whose ``checkpoint.json`` has none (it must agree with a recorded one).
     """
-    from infoprobe.tasks import task_from_dict
+    from infoprobe.tasks import task_from_dict  # hub → pillar, imported where needed
 
     path = Path(path)
-    meta = read_checkpoint_meta(path)
+    meta = read_checkpoint_meta(path, require_task=task is None)
+    if task is not None and "task" in meta and meta["task"] != task.to_dict():
+        raise CheckpointError(
+            f"{path / META}: field 'task' is {meta['task']}, but the task given is "
+            f"{task.to_dict()}; leave the task out to use the checkpoint's own"
+        )
     weights = path / WEIGHTS
     if not weights.is_file():
         raise CheckpointError(f"checkpoint {path}: missing {WEIGHTS}")
@@ -164,4 +182,18 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     model = InfoFlowTransformer(cfg)
     model.load_state_dict(load_file(str(weights)))
     model.to(device).eval()
-    return Checkpoint(path, model, task_from_dict(meta["task"]), cfg, meta)
+    task = task if task is not None else task_from_dict(meta["task"])
+    return Checkpoint(path, model, task, cfg, {**meta, "task": task.to_dict()})
+
+
+def with_task(source: str | Path, dest: str | Path, task: Any) -> Path:
+    """Copy checkpoint ``source`` to ``dest`` with ``task`` recorded in its JSON.
+
+    For checkpoints made outside infoprobe's training that lack a task spec; the
+    weights are copied byte for byte (same hash), the copy is written atomically.
+    """
+    ck = load_checkpoint(source, task=task)
+    with atomic_output(dest, overwrite=True, directory=True, what="checkpoint") as tmp:
+        (tmp / WEIGHTS).write_bytes((Path(source) / WEIGHTS).read_bytes())
+        (tmp / META).write_text(json.dumps(ck.meta, indent=2, sort_keys=True))
+    return Path(dest)

@@ -1,0 +1,88 @@
+"""``infoprobe report``: a folder with summary.json, PNG figures and one report.html."""
+
+from __future__ import annotations
+
+import argparse
+
+from infoprobe.commands.compare import (
+    add_source_arguments,
+    print_verdicts,
+    rollout_config_from_args,
+)
+from infoprobe.errors import UsageError
+from infoprobe.report.build import write_report
+from infoprobe.report.sources import checkpoint_history, load_sources, report_inputs
+
+DESCRIPTION = """\
+Write a report folder: summary.json (every number and the provenance of every input
+file), one PNG per figure, and report.html, a single self-contained page (figures
+embedded) that opens in a browser without a server. Figures: the decodability grid per
+layer with InfoFlow's predicted membership and the violations marked, the CLS row across
+layers, a per-sample view (predicted vs observed sets beside each head's attention;
+needs --cache), agreement as the threshold τ moves, and the training curve (needs
+--checkpoint). With --rollout, attention rollout is shown beside InfoFlow.
+
+The folder is built under OUT.tmp-<pid> and renamed when complete. Check it in a real
+browser with: python -m infoprobe.report.browser_check OUT"""
+
+EPILOG = """\
+examples:
+  infoprobe report pred.h5 probes.h5 --out runs/demo/report
+  infoprobe report pred.h5 probes.h5 --cache acts.h5 --checkpoint runs/demo/model \\
+      --rollout --out runs/demo/report --overwrite
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="write summary.json, PNG figures and a self-contained report.html",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_source_arguments(parser)
+    parser.add_argument("--out", metavar="DIR", required=True, help="report folder to write")
+    parser.add_argument(
+        "--checkpoint", metavar="CKPT", default=None, help="checkpoint folder: training curve"
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        metavar="K",
+        help="per-sample views of the first K test samples (default 3; attention: --cache)",
+    )
+    parser.add_argument("--title", default=None, help="page title")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    rollout = rollout_config_from_args(args)
+    if rollout is not None and args.cache is None:
+        raise UsageError("--rollout needs --cache ACTS.h5 (the attention patterns)")
+    sources = load_sources(
+        args.pred,
+        args.probes,
+        cache_path=args.cache,
+        probe=args.probe,
+        score=args.score,
+        want_patterns=args.cache is not None,
+    )
+    history, extra = [], {}
+    if args.checkpoint is not None:
+        history, ckpt_prov = checkpoint_history(args.checkpoint, sources)
+        extra[f"checkpoint ({args.checkpoint})"] = ckpt_prov
+    inputs = report_inputs(
+        sources,
+        rollout=rollout,
+        history=history,
+        n_sample_views=args.samples,
+        title=args.title,
+        extra_provenance=extra,
+    )
+    path = write_report(args.out, inputs, overwrite=args.overwrite)
+    print_verdicts([c for c in (inputs.comparison, inputs.rollout) if c is not None])
+    print(f"report: {path}")
+    return 0

@@ -1,0 +1,12 @@
+"""Reports: ``summary.json``, PNG figures and one self-contained ``report.html``.
+
+- :mod:`infoprobe.report.figures`: matplotlib figures (each function returns a Figure).
+- :mod:`infoprobe.report.html`: the page, figures inlined as base64 PNG.
+- :mod:`infoprobe.report.build`: :class:`ReportInputs` and :func:`write_report`.
+- :mod:`infoprobe.report.sources`: pipeline files → comparisons and report inputs.
+- :mod:`infoprobe.report.browser_check`: open a report in headless Chromium.
+"""
+
+from infoprobe.report.build import ReportInputError, ReportInputs, write_report
+
+__all__ = ["ReportInputError", "ReportInputs", "write_report"]

@@ -1,0 +1,311 @@
+"""The single self-contained ``report.html``: figures as base64 PNG, tables, the caveat.
+
+Every number in a table is read from the summary dict that is also written as
+``summary.json``; its cell carries ``data-key`` (the path in summary.json, "/"-separated)
+and ``data-value`` (the JSON value), so the two files can be checked against each other.
+The page loads nothing from outside (no external src or href) and opens without a server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any, Literal
+
+from infoprobe.report.figures import display_name
+
+CellKind = Literal["count", "rate", "auroc", "nmse", "text"]
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0;
+  color: #1d2430; background: #f6f7f9; line-height: 1.45; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 60px; background: #fff;
+  box-shadow: 0 0 12px rgba(0,0,0,.06); }
+h1 { margin: 0 0 4px; font-size: 1.7em; }
+h2 { margin-top: 2.2em; border-bottom: 2px solid #e3e7ee; padding-bottom: 4px; }
+h3 { margin-top: 1.6em; }
+.caveat { background: #fff6d8; border-left: 5px solid #e0a800; padding: 10px 14px;
+  margin: 16px 0; }
+.verdicts li { margin: 3px 0; font-family: ui-monospace, Menlo, Consolas, monospace;
+  font-size: .92em; }
+table { border-collapse: collapse; margin: 10px 0 18px; font-size: .92em; }
+th, td { padding: 4px 10px; border-bottom: 1px solid #e3e7ee; }
+th { background: #eef1f6; text-align: left; font-weight: 600; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.viol { color: #b00020; font-weight: 600; }
+tr:nth-child(even) td { background: #fafbfc; }
+figure { margin: 18px 0 28px; }
+figure img { max-width: 100%; height: auto; border: 1px solid #e3e7ee; }
+figcaption { color: #4a5568; font-size: .92em; margin-top: 6px; max-width: 980px; }
+.broken { color: #b00020; font-weight: 600; }
+dl.defs dt { font-weight: 600; margin-top: 6px; }
+dl.defs dd { margin-left: 18px; }
+pre { background: #f3f5f8; padding: 10px; overflow-x: auto; font-size: .82em; }
+.muted { color: #6b7585; }
+"""
+
+RENDER_CHECK = """
+window.addEventListener("load", function () {
+  var imgs = document.images, ok = 0;
+  for (var i = 0; i < imgs.length; i++) {
+    var good = imgs[i].complete && imgs[i].naturalWidth > 0;
+    imgs[i].setAttribute("data-rendered", good ? "yes" : "no");
+    if (good) { ok++; } else {
+      imgs[i].insertAdjacentHTML("afterend", "<p class='broken'>figure failed to load</p>");
+    }
+  }
+  document.body.setAttribute("data-images-rendered", ok + "/" + imgs.length);
+  document.body.setAttribute("data-page-height", document.documentElement.scrollHeight);
+});
+"""
+
+DEFINITIONS = (
+    (
+        "P, O",
+        "predicted set I_pred(t, l) and observed (decodable) set I_obs(t, l), data "
+        "positions 0..T-1 only (CLS carries no input).",
+    ),
+    ("agree", "|P ∩ O|: predicted and decodable."),
+    (
+        "violations",
+        "|O \\ P|: decodable where the predictor says the information cannot be. "
+        "This is what contradicts a theory.",
+    ),
+    (
+        "omissions",
+        "|P \\ O|: accessible in theory, not decodable. Expected where a network "
+        "compresses what it keeps.",
+    ),
+    ("precision / recall", "agree / |O| and agree / |P|, pooled over samples and tokens."),
+    (
+        "violation rate",
+        "violations / |not P|: share of non-predicted positions that are decodable.",
+    ),
+    ("Jaccard", "agree / |P ∪ O|."),
+    (
+        "AUROC",
+        "probability that a predicted position is more decodable than a non-predicted "
+        "one (ties count half), from the continuous scores: no threshold.",
+    ),
+    (
+        "aggregate",
+        "fixed-position probes against the share of samples in which s is "
+        "predicted: violations count never-predicted cells, omissions always-predicted cells; "
+        "sometimes-predicted cells are counted apart.",
+    ),
+)
+
+
+def _lookup(summary: Mapping[str, Any], key: str) -> Any:
+    value: Any = summary
+    for part in key.split("/"):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return value
+
+
+def format_value(value: Any, kind: CellKind) -> str:
+    """How a summary number is shown: rates as %, AUROC 3 decimals, NMSE 3 significant."""
+    if value is None:
+        return "n/a"
+    if kind == "count":
+        return f"{int(value):d}"
+    if kind == "rate":
+        return f"{100.0 * float(value):.1f}%"
+    if kind == "auroc":
+        return f"{float(value):.3f}"
+    if kind == "nmse":
+        return f"{float(value):.3g}"
+    return str(value)
+
+
+def cell(summary: Mapping[str, Any], key: str, kind: CellKind, css: str = "num") -> str:
+    """A table cell showing summary[key], tagged with its key and exact JSON value."""
+    value = _lookup(summary, key)
+    return (
+        f'<td class="{css}" data-key="{escape(key)}" '
+        f'data-value="{escape(json.dumps(value))}">{escape(format_value(value, kind))}</td>'
+    )
+
+
+def _table(header: Sequence[str], rows: Sequence[str]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+PER_SAMPLE_COLUMNS: tuple[tuple[str, str, CellKind], ...] = (
+    ("agree", "per_layer/agree", "count"),
+    ("omissions", "per_layer/omissions", "count"),
+    ("violations", "per_layer/violations", "count"),
+    ("absent", "per_layer/absent", "count"),
+    ("recall", "per_layer/recall", "rate"),
+    ("precision", "per_layer/precision", "rate"),
+    ("violation rate", "per_layer/violation_rate", "rate"),
+    ("Jaccard (pooled)", "per_layer/jaccard", "rate"),
+    ("Jaccard (mean per set)", "mean_sample_jaccard", "rate"),
+    ("AUROC", "auroc_per_layer", "auroc"),
+)
+AGGREGATE_COLUMNS: tuple[tuple[str, str, CellKind], ...] = (
+    ("agree (always)", "per_layer/agree", "count"),
+    ("omissions (always)", "per_layer/omissions", "count"),
+    ("violations (never)", "per_layer/violations", "count"),
+    ("absent (never)", "per_layer/absent", "count"),
+    ("recall", "per_layer/recall", "rate"),
+    ("violation rate", "per_layer/violation_rate", "rate"),
+    ("sometimes: decodable", "sometimes_observed", "count"),
+    ("sometimes: not", "sometimes_unobserved", "count"),
+    ("AUROC", "auroc_per_layer", "auroc"),
+)
+
+
+def _resolvable(tree: Mapping[str, Any], path: str) -> bool:
+    try:
+        _lookup(tree, path)
+    except (KeyError, IndexError, TypeError):
+        return False
+    return True
+
+
+def _available(tree: Mapping[str, Any], path: str) -> bool:
+    return _resolvable(tree, path) and _lookup(tree, path) is not None
+
+
+def layer_table(
+    summary: Mapping[str, Any],
+    prefix: str,
+    columns: Sequence[tuple[str, str, CellKind]],
+    n_layers: int,
+) -> str:
+    """Rows = layers 0..n_layers-1; columns whose data is absent are left out."""
+    part = _lookup(summary, prefix)
+    shown = [c for c in columns if _available(part, c[1])]
+    rows = []
+    for layer in range(n_layers):
+        cells = [f'<td class="num">{layer}</td>']
+        for label, path, kind in shown:
+            key = f"{prefix}/{path}/{layer}"
+            flagged = label.startswith("violation") and bool(_lookup(summary, key))
+            cells.append(cell(summary, key, kind, "num viol" if flagged else "num"))
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return _table(["layer", *(c[0] for c in shown)], rows)
+
+
+def predictor_table(summary: Mapping[str, Any]) -> str:
+    """InfoFlow beside other predictors: per layer recall, violation rate, Jaccard, AUROC."""
+    comparisons = summary["comparisons"]
+    part = "per_sample" if all(c.get("per_sample") for c in comparisons.values()) else "aggregate"
+    metrics = (
+        ("recall", "per_layer/recall", "rate"),
+        ("violation rate", "per_layer/violation_rate", "rate"),
+        ("Jaccard", "per_layer/jaccard", "rate"),
+        ("AUROC", "auroc_per_layer", "auroc"),
+    )
+    names = list(comparisons)
+    header = ["layer"] + [f"{m} · {display_name(n)}" for m, _, _ in metrics for n in names]
+    n_layers = next(iter(comparisons.values()))["shape"]["layers"]
+    rows = []
+    for layer in range(n_layers):
+        cells = [f'<td class="num">{layer}</td>']
+        for _, path, kind in metrics:
+            for name in names:
+                key = f"comparisons/{name}/{part}/{path}/{layer}"
+                if _resolvable(summary, key):
+                    cells.append(cell(summary, key, kind))
+                else:
+                    cells.append('<td class="num">n/a</td>')
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return f'<p class="muted">{escape(part.replace("_", "-"))} comparison</p>' + _table(
+        header, rows
+    )
+
+
+def figure_html(png: bytes, alt: str, caption: str) -> str:
+    """An <img> with the PNG inlined as a base64 data URI, and its caption."""
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{escape(alt)}">'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+    )
+
+
+def _notes_table(summary: Mapping[str, Any]) -> str:
+    notes = summary.get("notes") or {}
+    rows = [
+        f"<tr><th>{escape(str(k))}</th>{cell(summary, f'notes/{k}', 'text', 'txt')}</tr>"
+        for k in notes
+        if not isinstance(notes[k], Mapping)
+    ]
+    training = summary.get("training") or {}
+    for key, label in (
+        ("final_val_nmse", "final validation NMSE"),
+        ("best_val_nmse", "best validation NMSE"),
+    ):
+        if training.get(key) is not None:
+            rows.append(f"<tr><th>{label}</th>{cell(summary, f'training/{key}', 'nmse')}</tr>")
+    return f"<table><tbody>{''.join(rows)}</tbody></table>" if rows else ""
+
+
+def render_html(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
+    """The whole page. summary: the summary.json dict; figures: name → PNG bytes, each
+    with ``summary["figures"][name]["caption"]`` (figures without one are skipped)."""
+    title = escape(summary.get("title", "infoprobe report"))
+    parts = [
+        f"<h1>{title}</h1>",
+        f'<p class="muted">infoprobe {escape(str(summary.get("infoprobe_version", "")))}'
+        f" · {escape(str(summary.get('created', '')))}</p>",
+        _notes_table(summary),
+        f'<div class="caveat"><strong>Caveat.</strong> {escape(summary["caveat"])}</div>',
+        "<h2>Verdicts</h2>",
+    ]
+    for name, comp in summary["comparisons"].items():
+        items = "".join(f"<li>{escape(v)}</li>" for v in comp["verdicts"])
+        parts.append(f"<h3>{escape(display_name(name))}</h3><ul class='verdicts'>{items}</ul>")
+    if len(summary["comparisons"]) > 1:
+        parts += [
+            "<h2>Which predictor explains the observed sets?</h2>",
+            "<p>Higher recall and AUROC and a lower violation rate fit better.</p>",
+            predictor_table(summary),
+        ]
+    parts.append("<h2>Figures</h2>")
+    for name, meta in summary.get("figures", {}).items():
+        if name in figures:
+            parts.append(figure_html(figures[name], meta.get("title", name), meta["caption"]))
+    parts.append("<h2>Numbers</h2>")
+    for name, comp in summary["comparisons"].items():
+        if comp.get("per_sample") and comp["per_sample"].get("per_layer"):
+            parts.append(f"<h3>{escape(display_name(name))}: per sample (pooled per layer)</h3>")
+            parts.append(
+                layer_table(
+                    summary,
+                    f"comparisons/{name}/per_sample",
+                    PER_SAMPLE_COLUMNS,
+                    comp["shape"]["layers"],
+                )
+            )
+        if comp.get("aggregate"):
+            parts.append(
+                f"<h3>{escape(display_name(name))}: aggregate probes "
+                f"({escape(comp['score_name'])})</h3>"
+            )
+            parts.append(
+                layer_table(
+                    summary,
+                    f"comparisons/{name}/aggregate",
+                    AGGREGATE_COLUMNS,
+                    comp["shape"]["layers"],
+                )
+            )
+    defs = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS)
+    parts.append(f"<h2>Definitions</h2><dl class='defs'>{defs}</dl>")
+    parts.append("<h2>Provenance</h2>")
+    for label, prov in summary.get("provenance", {}).items():
+        text = escape(json.dumps(prov, indent=2, sort_keys=True, default=str))
+        parts.append(f"<details><summary>{escape(label)}</summary><pre>{text}</pre></details>")
+    body = "\n".join(p for p in parts if p)
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{title}</title><style>{STYLE}</style><script>{RENDER_CHECK}</script>"
+        f"</head><body><main>\n{body}\n</main></body></html>\n"
+    )
