@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -163,10 +164,17 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
 
 
 def train(
-    task: Any, model_cfg: ModelConfig, cfg: TrainConfig, *, progress: bool = True
+    task: Any,
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Train an :class:`InfoFlowTransformer` on ``task``; return the best model.
 
+    ``progress`` shows a tqdm bar; ``log`` (if given) also receives one line per
+    evaluation, for callers that cannot show a bar (parallel runs).
     Raises :class:`NonFiniteLossError` (with the last good state) if the loss diverges.
     """
     check_task_fits(task, model_cfg)
@@ -214,6 +222,11 @@ def train(
                 }
             )
             bar.set_postfix(loss=f"{train_loss:.3g}", val_nmse=f"{val:.3g}")
+            if log is not None:
+                log(
+                    f"step {step + 1}/{cfg.steps}: train loss {train_loss:.3g}, "
+                    f"validation NMSE {val:.3g}"
+                )
             if val < result.val_nmse:
                 result.val_nmse, result.best_step = val, step + 1
                 best_state, evals_since_best = copy.deepcopy(model.state_dict()), 0
@@ -240,20 +253,17 @@ def train_and_save(
     *,
     overwrite: bool = False,
     progress: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Train, then write the checkpoint folder ``out`` (refused up front if it exists).
 
     If the loss diverges, the last good model is still saved (its metrics record where
     training stopped) before :class:`NonFiniteLossError` propagates.
     """
-    from infoprobe.atomic import refuse_existing
+    from infoprobe.atomic import refuse_existing  # checkpoint imports model, not train
     from infoprobe.checkpoint import save_checkpoint
 
-    refuse_existing(Path(out), overwrite, "checkpoint")
-    try:
-        result = train(task, model_cfg, cfg, progress=progress)
-    except NonFiniteLossError as err:
-        result = err.result
+    def save(result: TrainResult) -> None:
         save_checkpoint(
             out,
             result.model,
@@ -263,14 +273,12 @@ def train_and_save(
             metrics=result.metrics(),
             overwrite=overwrite,
         )
+
+    refuse_existing(Path(out), overwrite, "checkpoint")
+    try:
+        result = train(task, model_cfg, cfg, progress=progress, log=log)
+    except NonFiniteLossError as err:
+        save(err.result)
         raise
-    save_checkpoint(
-        out,
-        result.model,
-        task,
-        train_config=cfg.to_dict(),
-        history=result.history,
-        metrics=result.metrics(),
-        overwrite=overwrite,
-    )
+    save(result)
     return result

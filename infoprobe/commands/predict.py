@@ -10,6 +10,7 @@ import numpy as np
 from infoprobe.atomic import OutputExistsError
 from infoprobe.commands.modelargs import add_model_arguments, model_config_from_args, parse_heads
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
+from infoprobe.errors import UsageError
 from infoprobe.infoflow import (
     KTH_LAWS,
     InfoFlowError,
@@ -21,6 +22,7 @@ from infoprobe.infoflow import (
     write_sets,
 )
 from infoprobe.infoflow.grid import default_heads
+from infoprobe.pipeline import predict_for_cache
 from infoprobe.tasks import TaskError
 
 DESCRIPTION = """\
@@ -38,6 +40,7 @@ examples:
   infoprobe predict --task fixed-positions --heads 1 --E 8 --pos-encoding learned
   infoprobe predict --task intrinsic-dim --D 2 --T 8 --heads 2,2 --samples 1000 --out pred.h5
   infoprobe predict --task intrinsic-dim --D 3 --heads 3,3 --grid --grid-T 8,16,32,64
+  infoprobe predict --cache runs/x/acts.h5 --out runs/x/pred.h5   # sets of a cache's samples
 """
 
 
@@ -62,9 +65,16 @@ def register(subparsers) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_task_arguments(parser)
+    add_task_arguments(parser, required=False)
     add_model_arguments(parser)
     g = parser.add_argument_group("prediction")
+    g.add_argument(
+        "--cache",
+        default=None,
+        metavar="ACTS.h5",
+        help="with --out: predict the sets of exactly the samples of this activation cache "
+        "(task and architecture are read from it; what `infoprobe compare` needs)",
+    )
     g.add_argument(
         "--kth-law",
         choices=sorted(KTH_LAWS),
@@ -111,6 +121,14 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cache is not None:
+        if args.out is None:
+            raise UsageError("--cache needs --out PRED.h5")
+        path = predict_for_cache(args.cache, args.out, overwrite=args.overwrite)
+        print(f"wrote predicted sets of the samples of {args.cache} to {path}")
+        return 0
+    if args.task is None:
+        raise UsageError("give --task NAME (and its parameters), or --cache ACTS.h5 --out PRED.h5")
     try:
         task = task_from_args(args)
         config = model_config_from_args(args, task)

@@ -1,0 +1,426 @@
+"""The main job: train → cache → probe (with a random-init control) → predict → compare → report.
+
+A run folder holds one file per stage and a manifest ``run.json``. Each stage has a
+*key*: everything that determines its output (its settings and the keys of the stages it
+reads). A stage whose output exists and whose key equals the manifest's is skipped, so
+re-running the same command resumes where it stopped; an existing folder made with other
+settings is refused (naming the stage and the fields that differ) unless ``overwrite``.
+
+    out/checkpoint/            train (or the user's checkpoint, for probe-checkpoint)
+    out/acts.h5                activation cache of the trained model
+    out/acts-random-init.h5    the same samples through a randomly initialised model
+    out/probes.h5              probe results with controls and observed sets
+    out/pred.h5                InfoFlow's predicted sets on the cache's samples
+    out/comparison.json        predicted vs observed (InfoFlow and attention rollout)
+    out/report/report.html     figures and numbers (written with comparison.json)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infoprobe.atomic import atomic_output
+from infoprobe.caching import cache_checkpoint
+from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
+from infoprobe.compare import write_comparisons
+from infoprobe.hooks import open_cache
+from infoprobe.infoflow import predict, write_sets
+from infoprobe.model import ModelConfig
+from infoprobe.probing import ProbeSettings, run_probe
+from infoprobe.report.build import write_report
+from infoprobe.report.sources import checkpoint_history, load_sources, report_inputs
+from infoprobe.rollout import RolloutConfig
+from infoprobe.tasks import task_from_dict
+from infoprobe.train import TrainConfig, train_and_save
+
+MANIFEST = "run.json"
+FORMAT = "infoprobe.run"
+CONTROL_SEED = 12_345
+"""Initialisation seed of the random-init control model (fixed, never tuned)."""
+
+
+class RunFolderError(ValueError):
+    """A run folder holds outputs made with other settings."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Settings of the stages after training (the defaults are the documented ones).
+
+    n_cache: samples cached and probed (split by sample into train/val/test by the probes).
+    sites: hook sites cached (the probes read the layer residuals, the report and rollout
+        the attention patterns).
+    probe: probe family for the position probes (``linear`` or ``mlp``).
+    batch_size: samples per forward pass when caching.
+    rollout: also compare attention rollout (Abnar & Zuidema 2020) with the observations.
+    """
+
+    n_cache: int = 8192
+    sites: str = "residual,attention"
+    probe: str = "linear"
+    batch_size: int = 512
+    rollout: bool = True
+    device: str = "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RunSummary:
+    """What a finished run prints: model quality, verdict, agreement, where the report is."""
+
+    out: Path
+    task: dict
+    heads: list[int]
+    val_nmse: float | None
+    test_nmse: float | None
+    verdict: str
+    exponent: str
+    layer_verdicts: list[str]
+    report: Path
+    skipped: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        nmse = "n/a" if self.val_nmse is None else f"{self.val_nmse:.3g}"
+        test = "n/a" if self.test_nmse is None else f"{self.test_nmse:.3g}"
+        return [
+            f"task {self.task['name']} {self.task['params']}, heads per layer {self.heads}",
+            f"  trained model: validation NMSE {nmse}, test NMSE {test}",
+            f"  InfoFlow: {self.verdict} (cost exponent {self.exponent})",
+            *[f"  {line}" for line in self.layer_verdicts],
+            f"  report: {self.report}",
+        ]
+
+
+def key_sha(key: dict) -> str:
+    """Stable hash of a stage key (JSON with sorted keys)."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            out += _differences(old.get(k), new.get(k), f"{prefix}{k}.")
+        return out
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+@dataclass
+class Stage:
+    """One step of a run: ``build(path)`` writes ``output`` (atomically) from ``key``."""
+
+    name: str
+    output: str
+    key: dict
+    build: Callable[[Path], Any]
+    resumable: bool = False  # build() itself resumes a partial output (the cache)
+
+
+class RunFolder:
+    """A run folder and its manifest; runs stages, skipping those that are up to date."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        overwrite: bool = False,
+        progress: bool = True,
+        log: Callable[[str], None] | None = None,
+    ):
+        self.path = Path(path)
+        self.overwrite = overwrite
+        self.progress = progress  # tqdm bars inside stages
+        self.log = log if log is not None else (print if progress else None)
+        self.manifest_path = self.path / MANIFEST
+        self.manifest = self._read_manifest()
+        self.skipped: list[str] = []
+
+    def _read_manifest(self) -> dict:
+        if not self.path.exists():
+            return {"format": FORMAT, "stages": {}}
+        if not self.manifest_path.is_file():
+            if any(self.path.iterdir()) and not self.overwrite:
+                raise RunFolderError(
+                    f"{self.path} exists and is not an infoprobe run folder (no {MANIFEST}); "
+                    "choose another --out or pass --overwrite"
+                )
+            return {"format": FORMAT, "stages": {}}
+        manifest = json.loads(self.manifest_path.read_text())
+        if manifest.get("format") != FORMAT:
+            raise RunFolderError(f"{self.manifest_path}: field 'format' is not {FORMAT!r}")
+        return manifest
+
+    def _write_manifest(self) -> None:
+        with atomic_output(self.manifest_path, overwrite=True) as tmp:
+            tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=True, default=str))
+
+    def run(self, stages: list[Stage]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        for i, stage in enumerate(stages, 1):
+            label = f"[{i}/{len(stages)}] {stage.name:<9}"
+            target = self.path / stage.output
+            sha = key_sha(stage.key)
+            recorded = self.manifest["stages"].get(stage.name)
+            if target.exists() and recorded and recorded["key_sha"] == sha:
+                self.skipped.append(stage.name)
+                self._say(f"{label} up to date: {target}")
+                continue
+            if target.exists() and not stage.resumable:
+                self._replace_or_refuse(stage, target, recorded)
+            elif target.exists() and recorded and recorded["key_sha"] != sha:
+                self._replace_or_refuse(stage, target, recorded)
+            self._say(f"{label} running ...")
+            start = time.perf_counter()
+            stage.build(target)
+            seconds = time.perf_counter() - start
+            self.manifest["stages"][stage.name] = {
+                "key_sha": sha,
+                "key": stage.key,
+                "output": stage.output,
+                "seconds": round(seconds, 1),
+            }
+            self._write_manifest()
+            self._say(f"{label} done in {seconds:.0f} s: {target}")
+
+    def _replace_or_refuse(self, stage: Stage, target: Path, recorded: dict | None) -> None:
+        if not self.overwrite:
+            why = (
+                "; ".join(_differences(recorded["key"], stage.key)[:6])
+                if recorded
+                else "it is not recorded in run.json (an interrupted or foreign output)"
+            )
+            raise RunFolderError(
+                f"{target} was made with other settings ({why}); pass --overwrite to redo "
+                f"stage {stage.name!r}, or choose another --out"
+            )
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+
+    def _say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
+
+
+def predict_for_cache(
+    cache_path: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False
+) -> Path:
+    """InfoFlow's predicted sets on exactly the samples of an activation cache.
+
+    The task and architecture are read from the cache's provenance, the samples from its
+    ``/inputs/x``; the sets file records the cache's data seed, N and checkpoint hash so
+    the comparison can refuse mismatched files.
+    """
+    with open_cache(cache_path) as cache:
+        spec, x = cache.spec, cache.x[:]
+        task = task_from_dict(spec["task"])
+        arch = ModelConfig.from_dict(cache.model_config)
+        provenance = {
+            "data_seed": spec["data_seed"],
+            "n": spec["n"],
+            "cache": str(cache_path),
+            "checkpoint_sha256": cache.checkpoint_sha256,
+            "data_spec": spec,
+        }
+    return write_sets(out, predict(task, arch), x, provenance, overwrite=overwrite)
+
+
+def compare_and_report(
+    folder: Path, settings: RunSettings, ckpt_dir: Path, report_dir: Path
+) -> Path:
+    """Compare predicted and observed sets once; write comparison.json and the report."""
+    rollout = RolloutConfig() if settings.rollout else None
+    sources = load_sources(
+        folder / "pred.h5", folder / "probes.h5", cache_path=folder / "acts.h5", want_patterns=True
+    )
+    history, ckpt_prov = checkpoint_history(ckpt_dir, sources)
+    inputs = report_inputs(
+        sources,
+        rollout=rollout,
+        history=history,
+        extra_provenance={f"checkpoint ({ckpt_dir})": ckpt_prov},
+        notes={"training": _training_note(ckpt_prov)},
+    )
+    comparisons = [inputs.comparison] + ([inputs.rollout] if inputs.rollout else [])
+    write_comparisons(
+        folder / "comparison.json", comparisons, provenance=inputs.provenance, overwrite=True
+    )
+    return write_report(report_dir, inputs, overwrite=True)
+
+
+def _training_note(ckpt_prov: dict) -> str:
+    metrics = ckpt_prov.get("metrics", {})
+    if "val_nmse" not in metrics:
+        return "checkpoint without training metrics"
+    return (
+        f"validation NMSE {metrics['val_nmse']:.3g}, test NMSE {metrics['test_nmse']:.3g} "
+        f"(best at step {metrics.get('best_step')})"
+    )
+
+
+def analysis_stages(
+    folder: RunFolder, ckpt_dir: Path, ckpt_key: dict, settings: RunSettings
+) -> list[Stage]:
+    """The stages after a checkpoint exists: cache, control, probe, predict, compare, report."""
+    path = folder.path
+    cache_opts = {
+        "n": settings.n_cache,
+        "sites": settings.sites,
+        "batch_size": settings.batch_size,
+        "device": settings.device,
+    }
+    cache_key = {"checkpoint": ckpt_key, **cache_opts}
+    control_key = {**cache_key, "random_init_seed": CONTROL_SEED}
+    probe_settings = ProbeSettings(probe=settings.probe, device=settings.device)
+    probe_key = {"cache": cache_key, "control": control_key, "settings": probe_settings.to_dict()}
+    report_key = {"probe": probe_key, "rollout": settings.rollout}
+    quiet = not folder.progress
+    return [
+        Stage(
+            "cache",
+            "acts.h5",
+            cache_key,
+            resumable=True,
+            build=lambda out: cache_checkpoint(ckpt_dir, out, progress=not quiet, **cache_opts),
+        ),
+        Stage(
+            "control",
+            "acts-random-init.h5",
+            control_key,
+            resumable=True,
+            build=lambda out: cache_checkpoint(
+                ckpt_dir, out, progress=not quiet, random_init_seed=CONTROL_SEED, **cache_opts
+            ),
+        ),
+        Stage(
+            "probe",
+            "probes.h5",
+            probe_key,
+            build=lambda out: run_probe(
+                path / "acts.h5",
+                out,
+                control_path=path / "acts-random-init.h5",
+                settings=probe_settings,
+                progress=not quiet,
+            ),
+        ),
+        Stage(
+            "predict",
+            "pred.h5",
+            {"cache": cache_key},
+            build=lambda out: predict_for_cache(path / "acts.h5", out),
+        ),
+        Stage(
+            "compare",
+            "report",
+            report_key,
+            build=lambda out: compare_and_report(path, settings, ckpt_dir, out),
+        ),
+    ]
+
+
+def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
+    meta = read_checkpoint_meta(ckpt_dir)
+    comparison = json.loads((folder.path / "comparison.json").read_text())
+    infoflow = comparison["comparisons"]["infoflow"]
+    with open_cache(folder.path / "acts.h5") as cache:
+        prediction = predict(
+            task_from_dict(cache.spec["task"]), ModelConfig.from_dict(cache.model_config)
+        )
+    metrics = meta.get("metrics", {})
+    return RunSummary(
+        out=folder.path,
+        task=meta["task"],
+        heads=meta["model_config"]["heads"],
+        val_nmse=metrics.get("val_nmse"),
+        test_nmse=metrics.get("test_nmse"),
+        verdict=prediction.verdict,
+        exponent=str(prediction.exponent),
+        layer_verdicts=list(infoflow.get("verdicts", [])),
+        report=folder.path / "report" / "report.html",
+        skipped=folder.skipped,
+    )
+
+
+def run_pipeline(
+    out: str | os.PathLike,
+    task,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    settings: RunSettings | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Train a model on ``task`` and run every analysis stage into folder ``out``.
+
+    ``progress`` shows tqdm bars; ``log`` receives the stage lines and one line per
+    training evaluation (default: print them when ``progress``).
+    """
+    settings = settings or RunSettings()
+    folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
+    ckpt_dir = folder.path / "checkpoint"
+    train_key = {"task": task.to_dict(), "model": model_cfg.to_dict(), "train": train_cfg.to_dict()}
+    train_stage = Stage(
+        "train",
+        "checkpoint",
+        train_key,
+        build=lambda dst: train_and_save(
+            task, model_cfg, train_cfg, dst, progress=progress, log=None if progress else log
+        ),
+    )
+    ckpt_key = {"train": key_sha(train_key)}
+    folder.run([train_stage, *analysis_stages(folder, ckpt_dir, ckpt_key, settings)])
+    return _summary(folder, ckpt_dir)
+
+
+def probe_checkpoint(
+    checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    settings: RunSettings | None = None,
+    *,
+    task=None,
+    overwrite: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Run every analysis stage on an existing checkpoint folder.
+
+    The checkpoint is used in place; only one without a task spec is copied into
+    ``out/checkpoint`` with ``task`` recorded (``task`` is required then).
+    """
+    settings = settings or RunSettings()
+    source = Path(checkpoint).resolve()
+    ck = load_checkpoint(source, task=task)  # validates, verifies the weights hash up front
+    folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
+    ckpt_key = {
+        "checkpoint": str(source),
+        "weights_sha256": ck.weights_sha256,
+        "task": ck.task.to_dict(),
+    }
+    stages = []
+    ckpt_dir = source
+    if "task" not in read_checkpoint_meta(source, require_task=False):
+        ckpt_dir = folder.path / "checkpoint"
+        stages.append(
+            Stage(
+                "checkpoint",
+                "checkpoint",
+                ckpt_key,
+                build=lambda dst: with_task(source, dst, ck.task),
+            )
+        )
+    folder.run([*stages, *analysis_stages(folder, ckpt_dir, ckpt_key, settings)])
+    return _summary(folder, ckpt_dir)
