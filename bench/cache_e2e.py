@@ -1,0 +1,97 @@
+"""End to end: ``infoprobe cache`` vs forward-only over the same samples (gate <= 1.5).
+
+The cache side is the CLI command itself (``infoprobe.cli.main`` in process, so the
+interpreter start-up is not counted; its printed summary is muted): load the checkpoint,
+plan, then sample + forward + capture + write N samples with the default sites
+``residual,attention`` to a fresh file, with its default commit policy (flush per batch,
+no fsync). The baseline draws the same batches from the task and runs the plain forward
+under ``torch.inference_mode``. Both use one torch thread (the writer's I/O thread takes
+the second core). Untimed before every run: the last output is deleted and ``os.sync()``
+flushes dirty pages, so each run starts like a user's single run, with no writeback
+pending. Pass ``--durable`` to time the fsync-every-batch mode instead.
+
+    python bench/cache_e2e.py [--n 20000] [--batch 512] [--repeats 3] [--durable]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import tempfile
+from pathlib import Path
+
+import torch
+from cache_common import (
+    SCRATCH,
+    batches,
+    default_task,
+    interleaved_medians,
+    make_checkpoint,
+    print_environment,
+    set_threads,
+    settle_disk,
+)
+
+from infoprobe.caching import DATA_SEED_OFFSET
+from infoprobe.checkpoint import load_checkpoint
+from infoprobe.cli import main as cli_main
+
+GATE = 1.5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--sites", default="residual,attention")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--durable", action="store_true")
+    args = parser.parse_args()
+    set_threads(args.threads)
+    print_environment()
+    with tempfile.TemporaryDirectory(dir=SCRATCH) as tmp:
+        folder = Path(tmp)
+        checkpoint = make_checkpoint(folder)
+        model = load_checkpoint(checkpoint).model
+        task = default_task()
+        out = folder / "acts.h5"
+
+        def forward_only() -> None:
+            for x, _ in batches(task, args.n, args.batch, DATA_SEED_OFFSET):
+                with torch.inference_mode():
+                    model(torch.from_numpy(x))
+
+        def cache_command() -> None:
+            command = [
+                "cache",
+                str(checkpoint),
+                "--n",
+                str(args.n),
+                "--batch",
+                str(args.batch),
+                "--sites",
+                args.sites,
+                "--out",
+                str(out),
+                "--quiet",
+                "--threads",
+                str(args.threads),
+            ]
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert cli_main(command) == 0
+
+        print(f"N={args.n}, batch {args.batch}, sites {args.sites}:")
+        t = interleaved_medians(
+            {"forward only": forward_only, "infoprobe cache": cache_command},
+            repeats=args.repeats,
+            between=lambda: settle_disk(out),
+        )
+    print(
+        f"ratio: {t['infoprobe cache'] / t['forward only']:.2f}x forward-only time (gate <= {GATE})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""``infoprobe cache``: capture a checkpoint's activations at every layer into HDF5.
+
+Two forms: ``infoprobe cache CHECKPOINT --out FILE ...`` writes (or resumes) a cache;
+``infoprobe cache info FILE`` prints a cache's contents and provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from infoprobe.caching import DATA_SEED_OFFSET, checkpoint_cache_job
+from infoprobe.errors import UsageError
+from infoprobe.hooks import PRESET_PATTERNS, CacheError, CacheFile, open_cache, read_header
+from infoprobe.hooks.schema import DatasetPlan
+
+USAGE = """infoprobe cache CHECKPOINT --out FILE [--n N] [--sites SITES] [--batch B]
+                       [--dtype {float32,float16}] [--data-seed S] [--random-init SEED]
+                       [--device DEV] [--threads K] [--overwrite] [--durable]
+                       [--quiet]
+       infoprobe cache info FILE"""
+
+DESCRIPTION = """Run a checkpoint on N fresh samples of its own task and store the inputs, the
+targets and the activations of the chosen hook sites in one HDF5 file (format:
+docs/cache-format.md). Batches are written as they are computed, so memory stays
+bounded; the file's n_committed cursor advances after each batch is on disk. Re-running
+the same command on the same --out resumes an interrupted run exactly where it stopped;
+a run with another checkpoint, data spec, site set or dtype refuses to touch the file
+unless --overwrite.
+
+`infoprobe cache info FILE` prints a cache's datasets, shapes and provenance."""
+
+EXAMPLES = f"""sites (comma-separated, combined as a union):
+  residual    blocks.0.hook_resid_pre + resid_mid and resid_post of every block
+  attention   attn.hook_pattern, attn.hook_z and hook_attn_out of every block
+  layers      the L+1 layer sites (layer 0 = blocks.0.hook_resid_pre, layer k =
+              blocks.{{k-1}}.hook_resid_post)
+  all         every hook point of the model
+  NAME        a TransformerLens hook name, e.g. blocks.1.attn.hook_pattern
+  re:REGEX    every hook whose name matches, e.g. 're:hook_resid_(pre|post)$'
+
+examples:
+  infoprobe cache runs/id-2-2 --n 20000 --sites residual,attention --batch 512 \\
+      --out runs/id-2-2/acts.h5
+  infoprobe cache runs/id-2-2 --n 20000 --sites layers --dtype float16 --out acts16.h5
+  infoprobe cache runs/id-2-2 --n 20000 --sites residual,attention --random-init 1 \\
+      --out runs/id-2-2/acts-random.h5        # control: same samples, untrained weights
+  infoprobe cache info runs/id-2-2/acts.h5
+
+The samples are batch b = task.sample(size_b, default_rng([data_seed, b])); the default
+data seed is the training seed + {DATA_SEED_OFFSET}, apart from the training streams.
+Read a cache in Python with infoprobe.hooks.open_cache(path)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "cache",
+        help="capture activations at every layer into a resumable HDF5 cache",
+        usage=USAGE,
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "target",
+        metavar="CHECKPOINT|info",
+        help="checkpoint folder to cache, or the word `info` to inspect a FILE",
+    )
+    p.add_argument("file", nargs="?", metavar="FILE", help="cache file (only with `info`)")
+    p.add_argument("--out", metavar="FILE", help="HDF5 file to write or resume (required to write)")
+    p.add_argument("--n", type=int, default=20_000, help="number of samples N (default 20000)")
+    p.add_argument(
+        "--sites",
+        default="residual,attention",
+        help=f"hook sites: presets {sorted(PRESET_PATTERNS)}, hook names or "
+        "re:REGEX, comma-separated (default residual,attention)",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=512,
+        help="samples per forward pass and per commit (default 512)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="activation storage dtype (inputs/targets stay float32)",
+    )
+    p.add_argument(
+        "--data-seed",
+        type=int,
+        default=None,
+        help=f"seed of the samples (default: training seed + {DATA_SEED_OFFSET})",
+    )
+    p.add_argument(
+        "--random-init",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="cache a random-init control: same architecture and samples, weights "
+        "freshly initialised from SEED",
+    )
+    p.add_argument("--device", default="cpu", metavar="DEV", help="torch device (default cpu)")
+    p.add_argument("--threads", type=int, default=None, metavar="K", help="torch CPU threads")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --out instead of resuming it"
+    )
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="fsync every batch before advancing the cursor, so committed samples "
+        "also survive a power loss (slower; a killed process never needs it)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "×".join(map(str, shape))
+
+
+def dataset_table(datasets: list[DatasetPlan], with_layout: bool = False) -> str:
+    """A text table of datasets: HDF5 path, shape, dtype, MB (+ chunks and axes)."""
+    width = max(len(d.path) for d in datasets) + 2
+    head = f"  {'dataset':<{width}}{'shape':<18}{'dtype':<9}{'MB':>9}"
+    lines = [head + ("  chunks        axes" if with_layout else "")]
+    for d in datasets:
+        line = f"  {d.path:<{width}}{_shape(d.shape):<18}{d.dtype:<9}{d.nbytes / 1e6:>9.1f}"
+        if with_layout:
+            line += f"  {_shape(d.chunks):<14}{','.join(d.axes)}"
+        lines.append(line)
+    total = sum(d.nbytes for d in datasets) / 1e6
+    lines.append(f"  {'total':<{width}}{'':<18}{'':<9}{total:>9.1f}")
+    return "\n".join(lines)
+
+
+def _file_datasets(cache: CacheFile) -> list[DatasetPlan]:
+    return [
+        DatasetPlan(
+            path,
+            ds.shape,
+            str(ds.dtype),
+            ds.chunks or ds.shape,
+            tuple(str(a) for a in ds.attrs.get("axes", ())),
+        )
+        for path, ds in cache.datasets()
+    ]
+
+
+def run_info(path: str) -> int:
+    with open_cache(path, allow_incomplete=True) as cache:
+        h = cache.header
+        print(
+            f"{path}: infoprobe activation cache, schema {h['schema_version']}, written by "
+            f"infoprobe {h['infoprobe_version']} on {h['created_utc']}"
+        )
+        if cache.complete:
+            print(f"status: complete, {cache.n} samples")
+        else:
+            print(
+                f"status: INCOMPLETE, {cache.n} of {cache.n_total} samples committed; "
+                "re-run the same `infoprobe cache` command to resume"
+            )
+        print(
+            f"activations: {cache.dtype}, {len(cache.hook_names)} sites, batch size "
+            f"{h['batch_size']}, {cache.n_blocks} blocks"
+        )
+        print(f"checkpoint sha256: {cache.checkpoint_sha256 or '(none)'}")
+        extra = {
+            k: v
+            for k, v in cache.provenance.items()
+            if k not in ("checkpoint_sha256", "model_config", "data_spec")
+        }
+        for key, value in extra.items():
+            print(f"{key}: {json.dumps(value)}")
+        print(f"model config: {json.dumps(cache.model_config, sort_keys=True)}")
+        print(f"data spec: {json.dumps(cache.spec, sort_keys=True)}")
+        print("hook sites (in forward order):")
+        for name in cache.hook_names:
+            print(f"  {name}")
+        print(dataset_table(_file_datasets(cache), with_layout=True))
+    return 0
+
+
+def _announce_existing(out: str, overwrite: bool) -> None:
+    if overwrite:
+        return
+    try:
+        header = read_header(out, allow_incomplete=True)
+    except CacheError:
+        return  # absent or unusable: write_cache reports it
+    if header["n_committed"] >= header["n"]:
+        print(f"{out} is already complete; checking it matches this run")
+    else:
+        print(f"resuming {out} at sample {header['n_committed']} of {header['n']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.target == "info":
+        if not args.file:
+            raise UsageError("`infoprobe cache info` needs the cache FILE to inspect")
+        return run_info(args.file)
+    if args.file:
+        raise UsageError(
+            f"unexpected argument {args.file!r}; to inspect a cache use `infoprobe cache info FILE`"
+        )
+    if not args.out:
+        raise UsageError("--out FILE is required to write a cache")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    job = checkpoint_cache_job(
+        args.target,
+        n=args.n,
+        sites=args.sites,
+        batch_size=args.batch,
+        dtype=args.dtype,
+        data_seed=args.data_seed,
+        random_init_seed=args.random_init,
+        device=args.device,
+    )
+    plan, spec = job.plan, job.provenance["data_spec"]
+    weights = (
+        "trained weights"
+        if args.random_init is None
+        else f"random-init control (seed {args.random_init})"
+    )
+    print(
+        f"checkpoint {args.target} ({weights}), task {spec['task']['name']}, "
+        f"data seed {spec['data_seed']}"
+    )
+    print(
+        f"estimated size: {plan.nbytes / 1e6:.1f} MB for {plan.n} samples × "
+        f"{len(plan.hook_names)} sites ({plan.dtype}) → {args.out}"
+    )
+    _announce_existing(args.out, args.overwrite)
+    summary = job.run(
+        args.out, overwrite=args.overwrite, progress=not args.quiet, durable=args.durable
+    )
+    rate = summary.n_written / summary.seconds if summary.seconds > 0 else float("inf")
+    print(
+        f"wrote {summary.n_written} samples (resumed at {summary.resumed_from}) in "
+        f"{summary.seconds:.1f} s ({rate:,.0f} samples/s) → {summary.path}"
+    )
+    print(dataset_table(list(plan.datasets)))
+    return 0

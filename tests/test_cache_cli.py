@@ -1,0 +1,243 @@
+"""`infoprobe cache` and infoprobe.caching on a saved (untrained) checkpoint."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+
+from infoprobe import caching
+from infoprobe.caching import DATA_SEED_OFFSET, cache_checkpoint, checkpoint_cache_job
+from infoprobe.checkpoint import load_checkpoint, save_checkpoint
+from infoprobe.cli import main
+from infoprobe.hooks import ProvenanceMismatchError, open_cache
+from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.tasks import make_task
+
+N, BATCH = 40, 16
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    task = make_task("intrinsic-dim", T=6, D=2, seed=0)
+    cfg = ModelConfig(
+        d_in=task.d, n_ctx=task.T, d_model=12, heads=(2, 3), d_mlp=16, d_readout=8, d_out=task.d_out
+    )
+    path = tmp_path_factory.mktemp("ckpt") / "ckpt"
+    save_checkpoint(path, InfoFlowTransformer(cfg, seed=7), task, train_config={"seed": 4})
+    return path
+
+
+def expected_x(task, data_seed: int, n: int = N, batch: int = BATCH) -> np.ndarray:
+    """The convention, written out: batch b = task.sample(size_b, default_rng([seed, b]))."""
+    sizes = [min(batch, n - start) for start in range(0, n, batch)]
+    return np.concatenate(
+        [task.sample(s, np.random.default_rng([data_seed, b]))[0] for b, s in enumerate(sizes)]
+    )
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cli_writes_a_cache_of_the_checkpoints_task(checkpoint, tmp_path, capsys):
+    out = tmp_path / "acts.h5"
+    rc = main(
+        [
+            "cache",
+            str(checkpoint),
+            "--n",
+            str(N),
+            "--batch",
+            str(BATCH),
+            "--sites",
+            "residual,attention",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "estimated size" in printed and "MB" in printed
+    assert "blocks.1.hook_resid_post" in printed and "total" in printed
+    ck = load_checkpoint(checkpoint)
+    with open_cache(out) as cache:
+        data_seed = 4 + DATA_SEED_OFFSET
+        np.testing.assert_array_equal(cache.x[:], expected_x(ck.task, data_seed))
+        assert cache.checkpoint_sha256 == ck.weights_sha256
+        assert cache.spec["task"] == ck.task.to_dict()
+        assert cache.spec["data_seed"] == data_seed and cache.spec["n"] == N
+        assert cache.model_config == ck.model_config.to_dict()
+        assert cache.provenance["random_init_seed"] is None
+        with torch.inference_mode():
+            _, ref = ck.model.run_with_cache(torch.from_numpy(cache.x[:]))
+        np.testing.assert_allclose(
+            cache["resid_post", -1][:],
+            ref["blocks.1.hook_resid_post"].numpy(),
+            rtol=1e-5,
+            atol=1e-6,
+        )
+
+    before = digest(out)
+    assert (
+        main(
+            [
+                "cache",
+                str(checkpoint),
+                "--n",
+                str(N),
+                "--batch",
+                str(BATCH),
+                "--sites",
+                "residual,attention",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert "already complete" in capsys.readouterr().out
+    assert digest(out) == before
+
+    assert main(["cache", "info", str(out)]) == 0
+    info = capsys.readouterr().out
+    assert ck.weights_sha256 in info and "status: complete" in info
+    assert "blocks.0.attn.hook_pattern" in info and "sample,head,query,key" in info
+
+
+def test_cli_refuses_a_mismatched_run_and_leaves_the_file(checkpoint, tmp_path, capsys):
+    out = tmp_path / "acts.h5"
+    args = [
+        "cache",
+        str(checkpoint),
+        "--n",
+        str(N),
+        "--batch",
+        str(BATCH),
+        "--sites",
+        "layers",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main(args) == 0
+    before = digest(out)
+    assert main([*args, "--data-seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "provenance.data_spec.data_seed" in err and "--overwrite" in err
+    assert digest(out) == before
+    assert main([*args, "--data-seed", "3", "--overwrite"]) == 0
+    with open_cache(out) as cache:
+        assert cache.spec["data_seed"] == 3
+
+
+def test_random_init_control_has_same_samples_and_fresh_weights(checkpoint, tmp_path):
+    trained = cache_checkpoint(
+        checkpoint, tmp_path / "t.h5", n=N, batch_size=BATCH, sites="layers", progress=False
+    )
+    control = cache_checkpoint(
+        checkpoint,
+        tmp_path / "r.h5",
+        n=N,
+        batch_size=BATCH,
+        sites="layers",
+        random_init_seed=11,
+        progress=False,
+    )
+    cfg = load_checkpoint(checkpoint).model_config
+    fresh = InfoFlowTransformer(cfg, seed=11)
+    with open_cache(trained.path) as t, open_cache(control.path) as r:
+        np.testing.assert_array_equal(t.x[:], r.x[:])
+        assert r.provenance["random_init_seed"] == 11
+        assert r.checkpoint_sha256 == t.checkpoint_sha256
+        with torch.inference_mode():
+            _, ref = fresh.run_with_cache(torch.from_numpy(r.x[:]))
+        last = "blocks.1.hook_resid_post"
+        np.testing.assert_allclose(r.acts(last)[:], ref[last].numpy(), rtol=1e-5, atol=1e-6)
+        assert not np.allclose(r.acts(last)[:], t.acts(last)[:])
+    with pytest.raises(ProvenanceMismatchError, match="random_init_seed"):
+        cache_checkpoint(
+            checkpoint,
+            tmp_path / "r.h5",
+            n=N,
+            batch_size=BATCH,
+            sites="layers",
+            random_init_seed=12,
+            progress=False,
+        )
+
+
+def test_plan_reports_sizes_before_writing(checkpoint, tmp_path):
+    job = checkpoint_cache_job(checkpoint, n=N, batch_size=BATCH, sites="layers", dtype="float16")
+    # layer sites: [N, T+1, E] float16 x 3, plus x [N, T, d] and y [N, 1] float32
+    expected = 3 * N * 7 * 12 * 2 + N * 6 * job.plan.datasets[0].shape[2] * 4 + N * 1 * 4
+    assert job.plan.nbytes == expected
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_usage_errors(checkpoint, tmp_path, capsys):
+    assert main(["cache", "info"]) == 2
+    assert "needs the cache FILE" in capsys.readouterr().err
+    assert main(["cache", str(checkpoint), "--n", "8"]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert main(["cache", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a.h5")]) == 2
+    assert main(["cache", "info", str(tmp_path / "nowhere.h5")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert (
+        main(["cache", str(checkpoint), "--sites", "bogus", "--out", str(tmp_path / "a.h5")]) == 2
+    )
+    assert "valid hook names" in capsys.readouterr().err
+
+
+def test_help_teaches_both_forms(capsys):
+    with pytest.raises(SystemExit):
+        main(["cache", "--help"])
+    text = capsys.readouterr().out
+    assert "infoprobe cache CHECKPOINT --out FILE" in text
+    assert "infoprobe cache info FILE" in text
+    assert "residual" in text and "re:REGEX" in text and "examples:" in text
+
+
+def test_cli_resumes_an_interrupted_cache_and_info_reports_it(
+    checkpoint, tmp_path, capsys, monkeypatch
+):
+    out = tmp_path / "acts.h5"
+    original = caching.task_batch_fn
+
+    def interrupted_after_one_batch(task, data_seed):
+        batch_fn = original(task, data_seed)
+
+        def fn(index, size):
+            if index == 1:
+                raise KeyboardInterrupt
+            return batch_fn(index, size)
+
+        return fn
+
+    monkeypatch.setattr(caching, "task_batch_fn", interrupted_after_one_batch)
+    with pytest.raises(KeyboardInterrupt):
+        cache_checkpoint(checkpoint, out, n=N, batch_size=BATCH, sites="layers", progress=False)
+    monkeypatch.undo()
+    assert main(["cache", "info", str(out)]) == 0
+    assert f"INCOMPLETE, {BATCH} of {N} samples" in capsys.readouterr().out
+    args = ["cache", str(checkpoint), "--n", str(N), "--batch", str(BATCH), "--sites", "layers"]
+    assert main([*args, "--out", str(out), "--quiet"]) == 0
+    assert f"resuming {out} at sample {BATCH} of {N}" in capsys.readouterr().out
+    assert main([*args, "--out", str(tmp_path / "whole.h5"), "--quiet"]) == 0
+    with open_cache(out) as resumed, open_cache(tmp_path / "whole.h5") as whole:
+        pairs = zip(resumed.datasets(), whole.datasets(), strict=True)
+        for (path, a), (same_path, b) in pairs:
+            assert path == same_path
+            np.testing.assert_array_equal(a[:], b[:])

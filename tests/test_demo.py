@@ -1,0 +1,25 @@
+"""The demo puts a (D, D) and a (D-1, D) model side by side with InfoFlow's verdicts."""
+
+import re
+from dataclasses import replace
+
+from infoprobe.demo import DemoConfig, run_demo
+from infoprobe.infoflow import predict
+from infoprobe.model import ModelConfig
+from infoprobe.tasks import make_task
+
+
+def test_demo_index_shows_both_models_verdicts_and_links(tmp_path):
+    cfg = replace(DemoConfig(), T=5, steps=30, n_cache=600, batch_size=64)
+    summaries, index = run_demo(tmp_path / "demo", cfg, parallel=False)
+    assert [tuple(s.heads) for s in summaries] == [(2, 2), (1, 2)]
+    task = make_task("intrinsic-dim", D=2, T=5)
+    for s in summaries:
+        expected = predict(task, ModelConfig(d_in=4, n_ctx=5, heads=tuple(s.heads))).verdict
+        assert s.verdict == expected
+    assert [s.verdict for s in summaries] == ["efficient", "inefficient"]
+    html = index.read_text()
+    links = re.findall(r"href='([^']+)'", html)
+    assert links == ["heads-2-2/report/report.html", "heads-1-2/report/report.html"]
+    assert all((index.parent / link).is_file() for link in links)
+    assert f"{summaries[0].val_nmse:.2e}" in html and "Decodable is not the same as used" in html
