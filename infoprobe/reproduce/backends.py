@@ -1,0 +1,214 @@
+"""Where the runs of a sweep execute: a local process pool, or Ray tasks on a cluster.
+
+Both backends take runs (:class:`RunSpec`), execute :func:`execute_run` on each, and call
+back ``on_start(spec)`` when a run is handed to a worker, ``on_done(spec, outcome)`` in
+the driver process when it finishes and ``on_error(spec, exc)`` when it raised. They keep
+at most as many runs in flight as there are workers, so "started" means started.
+
+- :class:`LocalBackend`: ``workers`` processes (fresh, not forks; default: as many as fit the
+  cores) with ``threads`` torch threads per run (default: cores // workers), so runs
+  do not fight over cores. One worker runs in the calling process (no pool).
+- :class:`RayBackend`: each run is a Ray task with ``num_cpus=threads`` (and one GPU on
+  ``cuda``), on an existing cluster (``address``) or a local Ray started for the sweep.
+  Records and checkpoints come back to the driver, so workers need no shared disk.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from infoprobe.reproduce.grid import ReproduceError, RunSpec
+from infoprobe.reproduce.runs import RunOutcome, execute_run
+
+OnStart = Callable[[RunSpec], None]
+OnDone = Callable[[RunSpec, RunOutcome], None]
+OnError = Callable[[RunSpec, BaseException], None]
+BACKENDS = ("local", "ray")
+
+
+class BackendError(ReproduceError):
+    """A backend that cannot start (Ray missing, bad worker counts, no CUDA)."""
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def plan_workers(
+    n_runs: int,
+    cores: int,
+    *,
+    workers: int | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
+) -> tuple[int, int]:
+    """(workers, torch threads per run) so that workers * threads <= cores.
+
+    Defaults: on CPU one worker per core (capped by the number of runs), the cores shared
+    out as threads; on CUDA one worker (runs share the GPU) with all cores.
+    """
+    for name, value in (("workers", workers), ("threads", threads)):
+        if value is not None and value < 1:
+            raise BackendError(f"{name} must be >= 1, got {value}")
+    n_runs = max(1, n_runs)
+    if workers is None:
+        if device.startswith("cuda"):
+            workers = 1
+        else:
+            workers = max(1, min(n_runs, cores // (threads or 1)))
+    if threads is None:
+        threads = max(1, cores // workers)
+    return workers, threads
+
+
+def pool_context() -> multiprocessing.context.BaseContext:
+    """Fresh worker processes (never a fork of a driver whose torch threads are live):
+    a fork server that imported the run code once where the OS has one, else spawn."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["infoprobe.reproduce.runs"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+@dataclass
+class LocalBackend:
+    """A process pool on this machine (see the module docstring)."""
+
+    workers: int | None = None
+    threads: int | None = None
+    cores: int = field(default_factory=available_cores)
+    name: str = "local"
+
+    def execute(
+        self, specs: Sequence[RunSpec], *, on_start: OnStart, on_done: OnDone, on_error: OnError
+    ) -> None:
+        device = specs[0].device if specs else "cpu"
+        workers, threads = plan_workers(
+            len(specs), self.cores, workers=self.workers, threads=self.threads, device=device
+        )
+        runs = [replace(s, threads=threads) for s in specs]
+        if workers == 1:
+            for spec in runs:
+                on_start(spec)
+                try:
+                    outcome = execute_run(spec)
+                except Exception as err:
+                    on_error(spec, err)
+                else:
+                    on_done(spec, outcome)
+            return
+        context = pool_context()
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_init_worker, initargs=(threads,)
+        ) as pool:
+            queue = list(reversed(runs))
+            running: dict[Future, RunSpec] = {}
+            while queue or running:
+                while queue and len(running) < workers:
+                    spec = queue.pop()
+                    on_start(spec)
+                    running[pool.submit(execute_run, spec)] = spec
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    spec = running.pop(future)
+                    err = future.exception()
+                    if err is not None:
+                        on_error(spec, err)
+                    else:
+                        on_done(spec, future.result())
+
+
+@dataclass
+class RayBackend:
+    """Ray tasks on a cluster at ``address`` (None: a local Ray started for the sweep).
+
+    ``threads``: CPUs per run (``num_cpus`` of each task and its torch threads).
+    ``init_kwargs``: extra arguments of ``ray.init`` (e.g. ``num_cpus`` for a local Ray).
+    """
+
+    address: str | None = None
+    threads: int = 1
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    name: str = "ray"
+
+    def _ray(self) -> Any:
+        try:
+            import ray
+        except ImportError:
+            raise BackendError(
+                "backend 'ray' needs the ray package: pip install 'infoprobe[ray]' "
+                "(or use --backend local)"
+            ) from None
+        return ray
+
+    def execute(
+        self, specs: Sequence[RunSpec], *, on_start: OnStart, on_done: OnDone, on_error: OnError
+    ) -> None:
+        ray = self._ray()
+        if self.threads < 1:
+            raise BackendError(f"threads must be >= 1, got {self.threads}")
+        started_here = not ray.is_initialized()
+        if started_here:
+            kwargs = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
+            ray.init(address=self.address, **kwargs)
+        try:
+            gpus = 1 if specs and specs[0].device.startswith("cuda") else 0
+            task = ray.remote(num_cpus=self.threads, num_gpus=gpus, max_retries=0)(execute_run)
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            window = max(1, cpus // self.threads)
+            queue = [replace(s, threads=self.threads) for s in reversed(specs)]
+            running: dict[Any, RunSpec] = {}
+            while queue or running:
+                while queue and len(running) < window:
+                    spec = queue.pop()
+                    on_start(spec)
+                    running[task.remote(spec)] = spec
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    spec = running.pop(ref)
+                    try:
+                        outcome = ray.get(ref)
+                    except Exception as err:
+                        on_error(spec, err)
+                    else:
+                        on_done(spec, outcome)
+        finally:
+            if started_here:
+                ray.shutdown()
+
+
+def make_backend(
+    name: str,
+    *,
+    workers: int | None = None,
+    threads: int | None = None,
+    ray_address: str | None = None,
+) -> LocalBackend | RayBackend:
+    """Backend by name: ``local`` or ``ray``."""
+    if name == "local":
+        if ray_address is not None:
+            raise BackendError("--ray-address only applies to --backend ray")
+        return LocalBackend(workers=workers, threads=threads)
+    if name == "ray":
+        if workers is not None:
+            raise BackendError(
+                "--workers only applies to --backend local (Ray sizes the pool from the "
+                "cluster's CPUs and --threads)"
+            )
+        return RayBackend(address=ray_address, threads=threads or 1)
+    raise BackendError(f"unknown backend {name!r}; valid: {', '.join(BACKENDS)}")

@@ -1,0 +1,137 @@
+"""Acceptance checks on a claim's results, thresholds fixed in :mod:`claims` before any run.
+
+Each function takes the per-grid-point summaries of ``results.json`` (``configs``) and
+keyword thresholds, and returns ``(passed, detail)``; ``passed`` is None when a grid point
+it needs has no finished run. The claims bind the thresholds with ``functools.partial``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Configs = Sequence[Mapping[str, Any]]
+Outcome = tuple[bool | None, str]
+
+
+def _select(configs: Configs, **coords: Any) -> list[Mapping[str, Any]]:
+    return [c for c in configs if all(c["coords"].get(k) == v for k, v in coords.items())]
+
+
+def _best(config: Mapping[str, Any]) -> float | None:
+    best = config.get("best")
+    return None if best is None else best["val_nmse"]
+
+
+def _best_run(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    best = config.get("best")
+    if best is None:
+        return None
+    return next(r for r in config["runs"] if r["seed"] == best["seed"])
+
+
+def nmse_gap(configs: Configs, *, where: Mapping[str, Any], good: str, factor: float) -> Outcome:
+    """Among the grid points at ``where``, series ``good`` has a best NMSE at least
+    ``factor`` times lower than every other series."""
+    chosen = _select(configs, **where)
+    winner = [c for c in chosen if c["series"] == good]
+    others = [c for c in chosen if c["series"] != good]
+    if not winner or not others or any(_best(c) is None for c in chosen):
+        return None, f"missing runs at {dict(where)}"
+    ref = _best(winner[0])
+    ratios = {c["label"]: _best(c) / ref for c in others}
+    text = ", ".join(f"{k}/{winner[0]['label']} = {v:.3g}x" for k, v in ratios.items())
+    return all(r >= factor for r in ratios.values()), text
+
+
+def rises_with(configs: Configs, *, x: str, floor: float | None = None, at: Any = None) -> Outcome:
+    """In every series the best NMSE increases strictly along ``x``; with ``floor``, it
+    also exceeds ``floor`` at ``x = at``."""
+    ok, parts = True, []
+    for series in dict.fromkeys(c["series"] for c in configs):
+        points = sorted((c["coords"][x], _best(c)) for c in configs if c["series"] == series)
+        if any(v is None for _, v in points):
+            return None, f"missing runs in series {series}"
+        values = [v for _, v in points]
+        rising = all(b > a for a, b in itertools.pairwise(values))
+        high = True
+        if floor is not None:
+            high = all(v > floor for xv, v in points if xv == at)
+        ok = ok and rising and high
+        parts.append(f"{series}: " + " < ".join(f"{v:.3g}" for v in values))
+    return ok, "; ".join(parts)
+
+
+def cls_attention_near(
+    configs: Configs, *, positions: Sequence[int], target: float, tol: float
+) -> Outcome:
+    """Best seed of every grid point: the mean CLS attention of block 0, head 0 on each of
+    ``positions`` lies within ``tol`` of ``target``."""
+    ok, parts = True, []
+    for config in configs:
+        run = _best_run(config)
+        if run is None:
+            return None, f"missing runs for {config['label']}"
+        row = run["analyses"]["cls_attention"]["blocks"][0][0]
+        values = [row[p] for p in positions]
+        ok = ok and all(abs(v - target) <= tol for v in values)
+        parts.append(f"{config['label']}: " + ", ".join(f"{v:.3f}" for v in values))
+    return ok, "; ".join(parts)
+
+
+def role_ratios(
+    configs: Configs, *, where: Mapping[str, Any], rank1_max: float, rank2_min: float
+) -> Outcome:
+    """Best seed of the grid points at ``where``: every head of block 0 has a probe error
+    ratio (trained / untrained) <= ``rank1_max`` for the most attended key and
+    >= ``rank2_min`` for the second."""
+    chosen = _select(configs, **where)
+    if not chosen:
+        return None, f"no grid point at {dict(where)}"
+    ok, parts = True, []
+    for config in chosen:
+        run = _best_run(config)
+        if run is None:
+            return None, f"missing runs for {config['label']}"
+        for role in run["analyses"]["role_probe"]["roles"]:
+            if role["block"] != 0:
+                continue
+            limit_ok = (
+                role["ratio"] <= rank1_max if role["rank"] == 1 else role["ratio"] >= rank2_min
+            )
+            ok = ok and (limit_ok if role["rank"] in (1, 2) else True)
+            parts.append(f"{config['label']} {role['name']}: {role['ratio']:.3f}")
+    return ok, "; ".join(parts)
+
+
+def series_below(
+    configs: Configs,
+    *,
+    x: str,
+    good: str,
+    others: Sequence[str],
+    where: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """Among the grid points at ``where``: at every ``x`` where series ``good`` ran, its
+    best NMSE is below that of each series in ``others`` at the same ``x``."""
+    configs = _select(configs, **(where or {}))
+    if not any(c["series"] == good for c in configs):
+        return None, f"no grid point of series {good}"
+    ok, parts = True, []
+    for config in (c for c in configs if c["series"] == good):
+        ref = _best(config)
+        rivals = [
+            c
+            for c in configs
+            if c["series"] in others and c["coords"].get(x) == config["coords"].get(x)
+        ]
+        if ref is None or any(_best(c) is None for c in rivals):
+            return None, f"missing runs at {x}={config['coords'].get(x)}"
+        below = all(ref < _best(c) for c in rivals)
+        ok = ok and below
+        parts.append(
+            f"{x}={config['coords'].get(x)}: {good} {ref:.3g} vs "
+            + ", ".join(f"{c['series']} {_best(c):.3g}" for c in rivals)
+        )
+    return ok, "; ".join(parts)

@@ -1,0 +1,209 @@
+"""The vocabulary of a sweep: one grid point (:class:`GridPoint`), a profile, a claim.
+
+A *grid point* is one trained configuration (task + architecture + training settings);
+it is trained once per seed, and each (grid point, seed) pair is one *run*. A *profile*
+(``quick`` or ``paper``) is the list of grid points of a claim with its number of seeds;
+a *claim* holds both profiles, its figures and its acceptance checks. Everything here is
+plain data: the claims themselves are written out in :mod:`infoprobe.reproduce.claims`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from infoprobe.model import ModelConfig
+from infoprobe.tasks import Task, task_from_dict
+from infoprobe.train import TrainConfig
+
+
+class ReproduceError(ValueError):
+    """A claim, profile, grid point or run record that does not fit (names the fix)."""
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One configuration of a sweep, trained once per seed.
+
+    Attributes:
+        label: row name in tables and legends, e.g. ``"(1,2) D=2"``.
+        series: the line it belongs to in figures, e.g. ``"(D-1,D)"``.
+        coords: its coordinates on the figures' x axes, e.g. ``{"D": 2, "T": 16}``.
+        task: task spec ``{"name": ..., "params": {...}}`` (``task_from_dict``).
+        model: :class:`ModelConfig` fields except ``d_in``, ``n_ctx``, ``d_out`` (read
+            from the task).
+        train: :class:`TrainConfig` fields except ``seed`` and ``device``.
+        analyses: analysis name → its parameters, run on the trained model after training
+            (see :mod:`infoprobe.reproduce.analyses`).
+    """
+
+    label: str
+    series: str
+    coords: Mapping[str, Any]
+    task: Mapping[str, Any]
+    model: Mapping[str, Any]
+    train: Mapping[str, Any]
+    analyses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def build_task(self) -> Task:
+        return task_from_dict(self.task)
+
+    def model_config(self) -> ModelConfig:
+        """The full model config: the task fixes d_in = d, n_ctx = T and d_out."""
+        task = self.build_task()
+        return ModelConfig.from_dict(
+            {**self.model, "d_in": task.d, "n_ctx": task.T, "d_out": task.d_out}
+        )
+
+    def train_config(self, seed: int, device: str = "cpu") -> TrainConfig:
+        return TrainConfig(**{**self.train, "seed": seed, "device": device})
+
+    def spec(self) -> dict[str, Any]:
+        """Everything that determines the trained models (JSON-ready)."""
+        return {
+            "task": self.build_task().to_dict(),
+            "model": self.model_config().to_dict(),
+            "train": {
+                k: v
+                for k, v in self.train_config(0).to_dict().items()
+                if k not in ("seed", "device")
+            },
+            "analyses": {k: dict(v) for k, v in sorted(self.analyses.items())},
+        }
+
+    @property
+    def key(self) -> str:
+        """Stable folder-safe name: the label as a slug plus a hash of :meth:`spec`.
+
+        Changing any setting changes the key, so a finished run of other settings is
+        never mistaken for this one.
+        """
+        digest = hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.label).strip("-").lower()
+        return f"{slug}-{digest[:10]}"
+
+    def with_train(self, **overrides: Any) -> GridPoint:
+        return replace(self, train={**self.train, **overrides})
+
+    def with_analysis_params(self, **overrides: Any) -> GridPoint:
+        return replace(
+            self, analyses={name: {**p, **overrides} for name, p in self.analyses.items()}
+        )
+
+
+@dataclass(frozen=True)
+class Check:
+    """An acceptance criterion with its thresholds fixed before any run.
+
+    ``evaluate(configs)`` receives the per-grid-point summaries of ``results.json`` and
+    returns ``(passed, detail)``; ``passed`` is None when the runs it needs are missing.
+    ``gate``: a profile's acceptance (True) or a reported observation (False).
+    """
+
+    text: str
+    evaluate: Callable[[Sequence[Mapping[str, Any]]], tuple[bool | None, str]]
+    gate: bool = True
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A claim's sweep at one size: its grid points, seeds, departures and checks.
+
+    ``departures``: where this profile differs from the paper's settings (printed with
+    every result). ``expected_runtime``: a measured or estimated wall time, in words.
+    """
+
+    name: str
+    seeds: int
+    points: tuple[GridPoint, ...]
+    departures: tuple[str, ...] = ()
+    expected_runtime: str = ""
+    checks: tuple[Check, ...] = ()
+
+    def override(
+        self,
+        *,
+        train: Mapping[str, Any] | None = None,
+        analyses: Mapping[str, Any] | None = None,
+        points: Sequence[int] | None = None,
+        seeds: int | None = None,
+    ) -> Profile:
+        """A smaller (or otherwise changed) copy: training / analysis settings replaced
+        in every grid point, only the grid points at indices ``points``, ``seeds`` seeds."""
+        chosen = self.points if points is None else tuple(self.points[i] for i in points)
+        if train:
+            chosen = tuple(p.with_train(**train) for p in chosen)
+        if analyses:
+            chosen = tuple(p.with_analysis_params(**analyses) for p in chosen)
+        return replace(self, points=chosen, seeds=self.seeds if seeds is None else seeds)
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One figure of a claim: ``kind`` names a builder in :mod:`infoprobe.reproduce.figures`
+    and ``options`` are its keyword arguments."""
+
+    name: str
+    kind: str
+    caption: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One of the paper's claims: what it says, its two profiles, its figures."""
+
+    name: str
+    title: str
+    paper: str
+    profiles: Mapping[str, Profile]
+    figures: tuple[FigureSpec, ...] = ()
+    probes_shown: bool = False
+
+    def profile(self, name: str | Profile) -> Profile:
+        """The profile called ``name`` (a :class:`Profile` passes through unchanged)."""
+        if isinstance(name, Profile):
+            return name
+        if name not in self.profiles:
+            raise ReproduceError(
+                f"claim {self.name}: unknown profile {name!r}; valid: {sorted(self.profiles)}"
+            )
+        return self.profiles[name]
+
+    def runs(
+        self, profile: str | Profile = "quick", seeds: int | None = None, device: str = "cpu"
+    ) -> list[RunSpec]:
+        """Every run of a profile: each grid point once per seed 0..seeds-1."""
+        prof = self.profile(profile)
+        n = prof.seeds if seeds is None else seeds
+        if n < 1:
+            raise ReproduceError(f"seeds must be >= 1, got {n}")
+        return [
+            RunSpec(self.name, prof.name, point, seed, device)
+            for point in prof.points
+            for seed in range(n)
+        ]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a grid point trained with one seed (on ``device`` with ``threads``)."""
+
+    claim: str
+    profile: str
+    point: GridPoint
+    seed: int
+    device: str = "cpu"
+    threads: int = 1
+
+    @property
+    def run_id(self) -> str:
+        """Folder name of the run: ``<grid point key>-s<seed>``."""
+        return f"{self.point.key}-s{self.seed}"
+
+    def describe(self) -> str:
+        return f"{self.claim} {self.point.label} seed {self.seed}"

@@ -1,0 +1,139 @@
+"""``reproduce()``: run a claim's sweep (resumably), gather results, draw, write the report.
+
+Output folder (default ``reproduce/<claim>/<profile>``)::
+
+    runs/<run_id>/record.json, runs/<run_id>/checkpoint/   one per finished run
+    results.json                                           every run + per-config summary
+    <figure>.png, report.html                              figures and the report section
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infoprobe.atomic import atomic_output
+from infoprobe.report.build import render_png
+from infoprobe.reproduce.backends import LocalBackend, RayBackend, make_backend
+from infoprobe.reproduce.claims import get_claim
+from infoprobe.reproduce.figures import claim_figures
+from infoprobe.reproduce.grid import Claim, Profile, ReproduceError, RunSpec
+from infoprobe.reproduce.report import page_html, section_html
+from infoprobe.reproduce.results import format_summary, gather, write_results
+from infoprobe.reproduce.runs import RunStore, SweepSummary, run_sweep
+
+REPORT = "report.html"
+
+
+@dataclass
+class Reproduction:
+    """What :func:`reproduce` returns: the results dict, its files and the sweep summary."""
+
+    results: dict[str, Any]
+    out: Path
+    results_path: Path
+    report_path: Path | None
+    figure_paths: dict[str, Path]
+    sweep: SweepSummary
+
+    def summary(self) -> str:
+        return format_summary(self.results)
+
+
+def default_out(claim: str, profile: str) -> Path:
+    return Path("reproduce") / claim / profile
+
+
+def write_outputs(
+    claim: Claim, results: dict[str, Any], out: Path, *, dpi: int = 110
+) -> tuple[Path, dict[str, Path]]:
+    """Write each figure as PNG and the report page; return (report path, figure paths)."""
+    pngs: dict[str, tuple[bytes, str]] = {}
+    paths = {}
+    for name, (fig, caption) in claim_figures(claim, results).items():
+        png = render_png(fig, dpi)
+        pngs[name] = (png, caption)
+        with atomic_output(out / f"{name}.png", overwrite=True) as tmp:
+            tmp.write_bytes(png)
+        paths[name] = out / f"{name}.png"
+    section = section_html(results, pngs, probes_shown=claim.probes_shown)
+    title = f"infoprobe reproduce {claim.name} ({results['profile']} profile)"
+    with atomic_output(out / REPORT, overwrite=True) as tmp:
+        tmp.write_text(page_html(title, [section]), encoding="utf-8")
+    return out / REPORT, paths
+
+
+def reproduce(
+    claim: str | Claim,
+    *,
+    profile: str | Profile = "quick",
+    seeds: int | None = None,
+    backend: str | LocalBackend | RayBackend = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
+    threads: int | None = None,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    figures: bool = True,
+    log: Callable[[str], None] | None = print,
+) -> Reproduction:
+    """Run (or resume) a claim's sweep and write results.json, figures and report.html.
+
+    Args:
+        claim: a name of :data:`~infoprobe.reproduce.claims.CLAIMS` or a :class:`Claim`.
+        profile: ``"quick"``, ``"paper"``, or a :class:`Profile` (e.g. a smaller copy made
+            with :meth:`Profile.override`).
+        seeds: seeds per grid point (default: the profile's); seeds are 0..seeds-1.
+        backend: ``"local"``, ``"ray"`` or a backend object.
+        ray_address: address of an existing Ray cluster (``--backend ray``).
+        workers, threads: local processes and torch threads per run (default: fit the
+            cores); for Ray, ``threads`` is the CPUs per task.
+        out: output folder (default ``reproduce/<claim>/<profile>``).
+        device: ``cpu`` or ``cuda``.
+        figures: write figures and report.html.
+        log: receives one line per run skipped, started and finished (None: silent).
+
+    A finished run (its record exists) is never trained again; failed runs are retried on
+    the next call. Results are gathered from every finished run even if some failed.
+    """
+    claim_obj = get_claim(claim)
+    prof = claim_obj.profile(profile)
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ReproduceError("device 'cuda' asked for, but torch sees no CUDA device")
+    runner = (
+        make_backend(backend, workers=workers, threads=threads, ray_address=ray_address)
+        if isinstance(backend, str)
+        else backend
+    )
+    out_dir = Path(out) if out is not None else default_out(claim_obj.name, prof.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    specs: list[RunSpec] = claim_obj.runs(prof, seeds, device)
+    store = RunStore(out_dir)
+    say = log or (lambda _line: None)
+    if prof.departures:
+        say(
+            f"{claim_obj.name} {prof.name} profile departs from the paper: "
+            + "; ".join(prof.departures)
+        )
+    per_point = len(specs) // max(1, len(prof.points))
+    say(f"{len(specs)} runs ({len(prof.points)} configs x {per_point} seeds) -> {out_dir}")
+    error: Exception | None = None
+    try:
+        sweep = run_sweep(specs, store, runner, log=say)
+    except Exception as err:  # gather what finished, then re-raise
+        sweep, error = SweepSummary(), err
+    results = gather(claim_obj, prof, specs, store.records(specs), backend=runner.name)
+    results_path = write_results(results, out_dir)
+    report_path, figure_paths = (
+        write_outputs(claim_obj, results, out_dir) if figures else (None, {})
+    )
+    if error is not None:
+        print(f"results of the finished runs written to {results_path}", file=sys.stderr)
+        raise error
+    return Reproduction(results, out_dir, results_path, report_path, figure_paths, sweep)

@@ -1,0 +1,214 @@
+"""Gather a sweep's run records into ``results.json`` and print its tables.
+
+``results.json`` holds the claim, the profile (with its departures from the paper), every
+run's record (config, seed, NMSE history, times, analyses), and one summary per grid
+point: InfoFlow's prediction for that architecture (verdict, exponent alpha(T), minimum
+heads, comparison number) next to the best validation NMSE over seeds (the paper's
+statistic) and every seed's value, plus the profile's checks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from infoprobe import __version__
+from infoprobe.atomic import atomic_output
+from infoprobe.infoflow import predict
+from infoprobe.reproduce.grid import Claim, GridPoint, Profile, RunSpec
+
+RESULTS = "results.json"
+RESULTS_FORMAT = "infoprobe.reproduce.results"
+
+
+def engine_summary(point: GridPoint) -> dict[str, Any]:
+    """InfoFlow's prediction for a grid point's task and architecture (JSON-ready)."""
+    prediction = predict(point.build_task(), point.model_config())
+    T = prediction.task.T
+    return {
+        "verdict": prediction.verdict,
+        "exponent": str(prediction.exponent),
+        "exponent_at_T": prediction.exponent(T),
+        "exponent_slope": prediction.exponent.slope,
+        "min_heads": None if prediction.min_heads is None else list(prediction.min_heads),
+        "comparison_number": prediction.comparison_number,
+        "comparison_order": prediction.comparison_order,
+    }
+
+
+def _run_summary(record: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("run_id", "seed", "best_val_nmse", "test_nmse", "best_step", "seconds", "stopped")
+    out = {k: record[k] for k in keys}
+    out["val_nmse"] = record["best_val_nmse"]
+    out["analyses"] = record.get("analyses", {})
+    return out
+
+
+def point_summary(
+    point: GridPoint, records: Sequence[Mapping[str, Any]], seeds: Sequence[int]
+) -> dict[str, Any]:
+    """One grid point: engine prediction, every seed, the best over seeds, missing seeds."""
+    runs = sorted((_run_summary(r) for r in records), key=lambda r: r["seed"])
+    best = min(runs, key=lambda r: r["val_nmse"], default=None)
+    done = {r["seed"] for r in runs}
+    return {
+        "key": point.key,
+        "label": point.label,
+        "series": point.series,
+        "coords": dict(point.coords),
+        "config": point.spec(),
+        "n_params": records[0]["n_params"] if records else None,
+        "engine": engine_summary(point),
+        "runs": runs,
+        "best": None
+        if best is None
+        else {k: best[k] for k in ("seed", "run_id", "val_nmse", "test_nmse")},
+        "missing_seeds": [s for s in seeds if s not in done],
+    }
+
+
+def gather(
+    claim: Claim,
+    profile: Profile,
+    specs: Sequence[RunSpec],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    backend: str = "",
+) -> dict[str, Any]:
+    """The results dict of a sweep from its run specs and the finished runs' records."""
+    by_id = {r["run_id"]: r for r in records}
+    points: dict[str, tuple[GridPoint, list[int]]] = {}
+    for spec in specs:
+        points.setdefault(spec.point.key, (spec.point, []))[1].append(spec.seed)
+    configs = []
+    for key, (point, seeds) in points.items():
+        mine = [by_id[s.run_id] for s in specs if s.point.key == key and s.run_id in by_id]
+        configs.append(point_summary(point, mine, seeds))
+    evaluated = []
+    for check in profile.checks:
+        passed, detail = check.evaluate(configs)
+        evaluated.append(
+            {"text": check.text, "gate": check.gate, "passed": passed, "detail": detail}
+        )
+    ordered = [by_id[s.run_id] for s in specs if s.run_id in by_id]
+    return {
+        "format": RESULTS_FORMAT,
+        "format_version": 1,
+        "infoprobe_version": __version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "claim": claim.name,
+        "title": claim.title,
+        "paper_claim": claim.paper,
+        "profile": profile.name,
+        "departures": list(profile.departures),
+        "expected_runtime": profile.expected_runtime,
+        "backend": backend,
+        "seeds": max((len(s) for _, s in points.values()), default=0),
+        "n_runs": len(specs),
+        "n_finished": len(ordered),
+        "total_seconds": round(sum(r["seconds"] for r in ordered), 1),
+        "configs": configs,
+        "checks": evaluated,
+        "runs": ordered,
+    }
+
+
+def write_results(results: Mapping[str, Any], out_dir: str | Path) -> Path:
+    """Write ``out_dir/results.json`` (temp name + rename)."""
+    path = Path(out_dir) / RESULTS
+    with atomic_output(path, overwrite=True) as tmp:
+        tmp.write_text(json.dumps(results, indent=1, allow_nan=True))
+    return path
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+# ---- tables --------------------------------------------------------------------------------
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def analysis_text(analyses: Mapping[str, Any]) -> str:
+    """A short summary of a run's analyses for one table cell."""
+    parts = []
+    if "cls_attention" in analyses:
+        row = analyses["cls_attention"]["blocks"][0][0]
+        parts.append("CLS attn " + " ".join(f"{v:.2f}" for v in row))
+    if "cls_probe" in analyses:
+        r2 = analyses["cls_probe"]["r2"][-1]
+        parts.append("CLS probe R2 " + " ".join(f"{v:.2f}" for v in r2))
+    if "role_probe" in analyses:
+        ratios = [
+            f"h{r['head']}r{r['rank']} {r['ratio']:.2f}"
+            for r in analyses["role_probe"]["roles"]
+            if r["block"] == 0
+        ]
+        parts.append("error ratio " + ", ".join(ratios))
+    return "; ".join(parts)
+
+
+def table_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One row per grid point: prediction next to the measured NMSE (best and each seed)."""
+    rows = []
+    for config in results["configs"]:
+        engine, best = config["engine"], config["best"]
+        seeds = " ".join(f"s{r['seed']}:{_g(r['val_nmse'])}" for r in config["runs"])
+        if config["missing_seeds"]:
+            seeds += " missing:" + ",".join(map(str, config["missing_seeds"]))
+        best_run = next((r for r in config["runs"] if best and r["seed"] == best["seed"]), None)
+        rows.append(
+            {
+                "config": config["label"],
+                "params": "-" if config["n_params"] is None else str(config["n_params"]),
+                "InfoFlow": engine["verdict"],
+                "alpha(T)": f"{engine['exponent']} = {engine['exponent_at_T']:.3g}",
+                "min heads": "-"
+                if engine["min_heads"] is None
+                else ",".join(map(str, engine["min_heads"])),
+                "best val NMSE": _g(best and best["val_nmse"]),
+                "test NMSE": _g(best and best["test_nmse"]),
+                "every seed (val NMSE)": seeds,
+                "analyses (best seed)": analysis_text(best_run["analyses"]) if best_run else "",
+            }
+        )
+    return rows
+
+
+def format_table(rows: Sequence[Mapping[str, str]]) -> str:
+    """Plain-text table with aligned columns; empty columns are dropped."""
+    if not rows:
+        return "(no grid points)"
+    columns = [c for c in rows[0] if any(r[c] for r in rows)]
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    line = "  ".join(c.ljust(widths[c]) for c in columns)
+    rule = "  ".join("-" * widths[c] for c in columns)
+    body = ["  ".join(r[c].ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join([line, rule, *body])
+
+
+def format_summary(results: Mapping[str, Any]) -> str:
+    """Everything printed at the end of a sweep: header, departures, table, checks."""
+    lines = [
+        f"{results['claim']} ({results['profile']} profile): {results['title']}",
+        f"paper: {results['paper_claim']}",
+    ]
+    if results["departures"]:
+        lines.append("this profile departs from the paper: " + "; ".join(results["departures"]))
+    lines += [
+        f"runs finished: {results['n_finished']}/{results['n_runs']}, "
+        f"{results['total_seconds']:.0f} s of run time; best = lowest validation NMSE "
+        "over seeds (the paper's statistic), every seed listed",
+        "",
+        format_table(table_rows(results)),
+        "",
+    ]
+    for check in results["checks"]:
+        state = {True: "PASS", False: "FAIL", None: "n/a "}[check["passed"]]
+        kind = "acceptance" if check["gate"] else "observed"
+        lines.append(f"[{state}] ({kind}) {check['text']}: {check['detail']}")
+    return "\n".join(lines)

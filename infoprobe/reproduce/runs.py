@@ -1,0 +1,231 @@
+"""One run = one grid point trained with one seed, and the store that makes sweeps resumable.
+
+:func:`execute_run` is a pure function of a :class:`RunSpec` (it writes only to a scratch
+folder) and returns a :class:`RunOutcome`: the run's record (config, seed, NMSE history,
+best validation NMSE, test NMSE, times, analyses) and the bytes of its checkpoint. It
+runs in a worker process or a Ray task; only the driver writes into the output folder,
+through :class:`RunStore`:
+
+    OUT/runs/<run_id>/checkpoint/    model.safetensors + checkpoint.json
+    OUT/runs/<run_id>/record.json    written last, atomically: the run is finished
+
+A run whose ``record.json`` exists is never trained again; a run interrupted before its
+record was written leaves no record and restarts from scratch (its checkpoint folder,
+if any, is replaced).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from infoprobe import __version__
+from infoprobe.atomic import atomic_output
+from infoprobe.checkpoint import save_checkpoint
+from infoprobe.reproduce.analyses import run_analysis
+from infoprobe.reproduce.grid import ReproduceError, RunSpec
+from infoprobe.train import NonFiniteLossError, train
+
+RECORD = "record.json"
+RECORD_FORMAT = "infoprobe.reproduce.run"
+CHECKPOINT = "checkpoint"
+
+
+@dataclass
+class RunOutcome:
+    """What a worker sends back: the record and the checkpoint files (name → bytes)."""
+
+    record: dict[str, Any]
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run the body with ``torch.set_num_threads(n)``; restore the old value after."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def execute_run(spec: RunSpec) -> RunOutcome:
+    """Train ``spec`` (``spec.threads`` torch threads), save its checkpoint in a scratch
+    folder, run its analyses there, and return the record and checkpoint bytes."""
+    point = spec.point
+    task, model_cfg = point.build_task(), point.model_config()
+    cfg = point.train_config(spec.seed, spec.device)
+    started = time.time()
+    with torch_threads(spec.threads):
+        try:
+            result = train(task, model_cfg, cfg, progress=False)
+        except NonFiniteLossError as err:
+            result = err.result
+        train_seconds = time.time() - started
+        analyses: dict[str, Any] = {}
+        with tempfile.TemporaryDirectory(prefix="infoprobe-run-") as scratch:
+            ck = Path(scratch) / CHECKPOINT
+            save_checkpoint(
+                ck,
+                result.model.cpu(),
+                task,
+                train_config=cfg.to_dict(),
+                history=result.history,
+                metrics=result.metrics(),
+            )
+            for name, params in sorted(point.analyses.items()):
+                work = Path(scratch) / f"analysis-{name}"
+                analyses[name] = run_analysis(name, ck, work, seed=spec.seed, params=dict(params))
+            files = {p.name: p.read_bytes() for p in sorted(ck.iterdir())}
+    record = {
+        "format": RECORD_FORMAT,
+        "run_id": spec.run_id,
+        "claim": spec.claim,
+        "profile": spec.profile,
+        "label": point.label,
+        "series": point.series,
+        "coords": dict(point.coords),
+        "config_key": point.key,
+        "config": point.spec(),
+        "seed": spec.seed,
+        "device": spec.device,
+        "threads": spec.threads,
+        "n_params": sum(p.numel() for p in result.model.parameters()),
+        "history": result.history,
+        "best_val_nmse": result.val_nmse,
+        "best_step": result.best_step,
+        "test_nmse": result.test_nmse,
+        "stopped": result.stopped,
+        "train_seconds": round(train_seconds, 2),
+        "seconds": round(time.time() - started, 2),
+        "analyses": analyses,
+        "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine()},
+        "infoprobe_version": __version__,
+        "torch_version": torch.__version__,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    return RunOutcome(record, files)
+
+
+class RunStore:
+    """The runs folder of a sweep: ``root/runs/<run_id>/{checkpoint/, record.json}``."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def record_path(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / RECORD
+
+    def load(self, run_id: str) -> dict[str, Any] | None:
+        """The finished run's record, or None if the run has not finished."""
+        path = self.record_path(run_id)
+        if not path.is_file():
+            return None
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ReproduceError(
+                f"{path}: not valid JSON ({err}); delete it to re-run this run"
+            ) from None
+        if record.get("run_id") != run_id or record.get("format") != RECORD_FORMAT:
+            raise ReproduceError(
+                f"{path}: field 'run_id' is {record.get('run_id')!r}, expected {run_id!r} "
+                f"(format {RECORD_FORMAT!r}); delete it to re-run this run"
+            )
+        return record
+
+    def is_done(self, spec: RunSpec) -> bool:
+        return self.load(spec.run_id) is not None
+
+    def save(self, outcome: RunOutcome) -> Path:
+        """Write the checkpoint folder, then the record (each via a temp name + rename)."""
+        run_id = outcome.record["run_id"]
+        run_dir = self.run_dir(run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if outcome.files:
+            with atomic_output(run_dir / CHECKPOINT, overwrite=True, directory=True) as tmp:
+                for name, data in outcome.files.items():
+                    (tmp / name).write_bytes(data)
+        with atomic_output(self.record_path(run_id), overwrite=True) as tmp:
+            tmp.write_text(json.dumps(outcome.record, indent=1, sort_keys=True))
+        return self.record_path(run_id)
+
+    def records(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+        """Records of the finished runs among ``specs``, in their order."""
+        found = (self.load(s.run_id) for s in specs)
+        return [r for r in found if r is not None]
+
+
+class SweepError(RuntimeError):
+    """One or more runs of a sweep raised; the others were finished and stored."""
+
+
+@dataclass
+class SweepSummary:
+    """Run ids of a sweep: trained now, skipped (finished before) and failed (with errors)."""
+
+    trained: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+Log = Callable[[str], None]
+
+
+def run_sweep(
+    specs: Sequence[RunSpec], store: RunStore, backend: Any, *, log: Log | None = None
+) -> SweepSummary:
+    """Train every run of ``specs`` that has no record yet, on ``backend``.
+
+    Prints one line per run skipped, started and finished through ``log``. Each finished
+    run is stored as soon as it arrives, so an interrupted sweep keeps what it finished.
+    Raises :class:`SweepError` at the end if any run raised.
+    """
+    say = log or (lambda _line: None)
+    summary = SweepSummary()
+    pending = []
+    for spec in specs:
+        if store.is_done(spec):
+            summary.skipped.append(spec.run_id)
+            say(f"skip   {spec.describe()} (finished: {store.record_path(spec.run_id)})")
+        else:
+            pending.append(spec)
+    total = len(pending)
+    order = {s.run_id: i + 1 for i, s in enumerate(pending)}
+
+    def on_start(spec: RunSpec) -> None:
+        say(f"[{order[spec.run_id]}/{total}] start  {spec.describe()} ({spec.threads} threads)")
+
+    def on_done(spec: RunSpec, outcome: RunOutcome) -> None:
+        store.save(outcome)
+        summary.trained.append(spec.run_id)
+        rec = outcome.record
+        say(
+            f"[{order[spec.run_id]}/{total}] done   {spec.describe()}: best val NMSE "
+            f"{rec['best_val_nmse']:.3g}, test NMSE {rec['test_nmse']:.3g}, "
+            f"{rec['seconds']:.0f} s"
+        )
+
+    def on_error(spec: RunSpec, err: BaseException) -> None:
+        summary.failed[spec.run_id] = f"{type(err).__name__}: {err}"
+        say(f"[{order[spec.run_id]}/{total}] FAILED {spec.describe()}: {err}")
+
+    if pending:
+        backend.execute(pending, on_start=on_start, on_done=on_done, on_error=on_error)
+    if summary.failed:
+        listed = "; ".join(f"{k}: {v}" for k, v in summary.failed.items())
+        raise SweepError(f"{len(summary.failed)} run(s) failed (re-run to retry them): {listed}")
+    return summary
