@@ -1,0 +1,489 @@
+"""Probe an activation cache: every (layer, token, position) probe with its controls.
+
+Hub orchestration (the only probes code that opens caches): read the layer sites of an
+activation cache block by block, fit the linear (or MLP / query) probes of every cell
+(l, t) and target, fit the identical probes on the controls (shuffled pairing, a
+random-init cache of the same architecture on the same samples, the h(t, 0) conditional
+baseline for role targets), derive observed sets with fixed thresholds, and return a
+:class:`~infoprobe.probes.results.ProbeResults` (or write it with :func:`run_probe`).
+
+Cells are (layer, token) pairs flattened as ``c = l·(T+1) + t``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import einops
+import numpy as np
+
+from infoprobe.atomic import refuse_existing
+from infoprobe.hooks import layer_sites, open_cache
+from infoprobe.probes.controls import (
+    check_control_compatible,
+    conditional_baseline,
+    control_level,
+    shuffled_pairing,
+)
+from infoprobe.probes.errors import ControlMismatchError, MissingSiteError, ProbeInputError
+from infoprobe.probes.linear import ProbeTargets, fit_linear_probes
+from infoprobe.probes.metrics import identification_hits
+from infoprobe.probes.observed import Thresholds, aggregate_observed, per_sample_observed
+from infoprobe.probes.results import ProbeResults
+from infoprobe.probes.ridge import DEFAULT_ALPHAS
+from infoprobe.probes.split import DEFAULT_FRACTIONS, TEST, TRAIN, VAL, make_split
+from infoprobe.probes.targets import AttentionRole, gather_partner_inputs, role_partners
+from infoprobe.probes.validate import check_finite
+
+PROBES = ("linear", "mlp", "query")
+TARGETS = ("positions", "roles")
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """Everything that determines a probing run (stored in the results file).
+
+    Attributes:
+        probe: ``linear`` (ridge, streamed), ``mlp`` (batched MLP probes) or ``query``
+            (query-conditioned MLP: per-sample errors).
+        targets: ``positions`` (x(s) for every data position) or ``roles`` (x at the key
+            each head attends to ``ranks``-th most; linear probe only).
+        alphas: ridge λ grid, chosen per probe on validation.
+        fractions: (train, val, test) split fractions, assigned at random by sample.
+        split_seed, shuffle_seed: seeds of the split and of the shuffled control.
+        ranks: attention ranks of the role targets (1 = most attended key).
+        block_size: samples per streamed block (None: about 64 MiB of states).
+        thresholds: membership thresholds of the observed sets.
+        mlp_hidden, mlp_epochs, mlp_patience, mlp_batch_size, mlp_lr: MLP / query probe
+            budget (the same for every probe; see ``infoprobe.probes.mlp``).
+        device: torch device.
+    """
+
+    probe: str = "linear"
+    targets: str = "positions"
+    alphas: tuple[float, ...] = DEFAULT_ALPHAS
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS
+    split_seed: int = 0
+    shuffle_seed: int = 0
+    ranks: tuple[int, ...] = (1, 2)
+    block_size: int | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    mlp_hidden: int = 64
+    mlp_epochs: int = 100
+    mlp_patience: int = 10
+    mlp_batch_size: int = 256
+    mlp_lr: float = 1e-3
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.probe not in PROBES:
+            raise ProbeInputError(f"probe: expected one of {PROBES}, got {self.probe!r}")
+        if self.targets not in TARGETS:
+            raise ProbeInputError(f"targets: expected one of {TARGETS}, got {self.targets!r}")
+        if self.targets == "roles" and self.probe != "linear":
+            raise ProbeInputError(
+                f"targets 'roles': expected probe 'linear', got {self.probe!r} "
+                "(role targets use the streamed ridge probes)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict."""
+        out = asdict(self)
+        out["alphas"] = list(self.alphas)
+        return out
+
+
+@dataclass
+class _Source:
+    """The layer sites of one open cache, streamed as cells ``[b, (L+1)(T+1), E]``."""
+
+    cache: Any
+    sites: list[str]
+    block_size: int | None
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        start = 0
+        size = self.block_size or self.cache.default_block_size(self.sites)
+        for block in self.cache.iter_blocks(self.sites, size, include_inputs=False):
+            states = np.stack([block[s] for s in self.sites], axis=1)  # [b, l, t, e]
+            yield start, einops.rearrange(states, "b l t e -> b (l t) e")
+            start += states.shape[0]
+
+    def load(self) -> np.ndarray:
+        """All states in memory ``[n, C, E]`` (MLP / query probes)."""
+        return np.concatenate([states for _, states in self.blocks()])
+
+    @property
+    def name(self) -> str:
+        return f"{self.cache.path}:{','.join(self.sites)}"
+
+
+def _open_layers(path: str | os.PathLike[str]) -> tuple[Any, list[str]]:
+    cache = open_cache(path)
+    sites = layer_sites(cache.n_blocks)
+    missing = [s for s in sites if s not in cache.hook_names]
+    if missing:
+        cache.close()
+        raise MissingSiteError(
+            f"{path}: hook site(s) {missing} expected (the layer sites of a "
+            f"{len(sites) - 1}-block model), not present; the cache holds {cache.hook_names}. "
+            "Re-run `infoprobe cache` with --sites residual (or layers)"
+        )
+    return cache, sites
+
+
+def _check_control(main: Any, control: Any, x: np.ndarray) -> None:
+    check_control_compatible(
+        main.model_config,
+        control.model_config,
+        main.spec,
+        control.spec,
+        str(main.path),
+        str(control.path),
+    )
+    if control.n != main.n or not np.array_equal(np.asarray(control.x[()]), x):
+        raise ControlMismatchError(
+            f"{control.path}: dataset /inputs/x expected equal to that of {main.path} "
+            "(a control must be computed on the same samples), got different inputs"
+        )
+
+
+def _roles(cache: Any) -> list[AttentionRole]:
+    """Rank-1 roles of every head of every block whose pattern is in the cache."""
+    heads = cache.model_config.get("heads")
+    if heads is None:
+        raise ProbeInputError(f"{cache.path}: model config field 'heads' expected, not found")
+    cached = [b for b in range(len(heads)) if f"blocks.{b}.attn.hook_pattern" in cache.hook_names]
+    if not cached:
+        raise MissingSiteError(
+            f"{cache.path}: role targets need at least one blocks.{{b}}.attn.hook_pattern, "
+            f"none present; the cache holds {cache.hook_names}. "
+            "Cache with --sites residual,attention"
+        )
+    return [AttentionRole(b, j, 1) for b in cached for j in range(heads[b])]
+
+
+def _role_partners(cache: Any, roles: list[AttentionRole], block_size: int | None) -> np.ndarray:
+    """Partner indices ``[n, R, T+1]`` read block by block from the cached patterns."""
+    pattern_sites = sorted({f"blocks.{r.block}.attn.hook_pattern" for r in roles})
+    missing = [s for s in pattern_sites if s not in cache.hook_names]
+    if missing:
+        raise MissingSiteError(
+            f"{cache.path}: hook site(s) {missing} expected for role targets, not present; "
+            f"the cache holds {cache.hook_names}. Cache with --sites residual,attention"
+        )
+    size = block_size or cache.default_block_size(pattern_sites)
+    out = []
+    for block in cache.iter_blocks(pattern_sites, size, include_inputs=False):
+        patterns = {int(s.split(".")[1]): block[s] for s in pattern_sites}
+        out.append(role_partners(patterns, roles))
+    return np.concatenate(out)
+
+
+def _cells(arr: np.ndarray, n_layers: int) -> np.ndarray:
+    """``[C, ...] -> [L+1, T+1, ...]`` (cells are layer-major)."""
+    return einops.rearrange(arr, "(l t) ... -> l t ...", l=n_layers)
+
+
+def _per_sample(arr: np.ndarray, n_layers: int) -> np.ndarray:
+    """``[n_test, C, S] -> [L+1, n_test, T+1, S]``."""
+    return einops.rearrange(arr, "n (l t) s -> l n t s", l=n_layers)
+
+
+def probe_cache(
+    cache_path: str | os.PathLike[str],
+    *,
+    control_path: str | os.PathLike[str] | None = None,
+    settings: ProbeSettings | None = None,
+    partners: dict[str, np.ndarray] | None = None,
+    progress: bool = True,
+) -> ProbeResults:
+    """Fit every probe of an activation cache, with controls, and derive observed sets.
+
+    Args:
+        cache_path: activation cache holding the layer sites (``--sites residual``; role
+            targets also need ``blocks.{b}.attn.hook_pattern``).
+        control_path: optional random-init cache of the same architecture on the same
+            samples (``infoprobe cache CHECKPOINT --random-init SEED``).
+        settings: see :class:`ProbeSettings`.
+        partners: extra role targets for ``targets="roles"``: name → per-sample partner
+            position ``[n, T+1]`` (e.g. the InfoFlow engine's predicted partner).
+        progress: tqdm bars.
+
+    Returns:
+        :class:`ProbeResults` (scores ``[L+1, T+1, S]``, per-sample errors
+        ``[L+1, n_test, T+1, S]``, observed sets with a T+1 position axis).
+    """
+    settings = settings or ProbeSettings()
+    cache, sites = _open_layers(cache_path)
+    control = None
+    try:
+        x = np.asarray(cache.x[()])
+        check_finite(x, f"{cache.path}:/inputs/x")
+        n, T, d = x.shape
+        split = make_split(n, settings.fractions, settings.split_seed)
+        main = _Source(cache, sites, settings.block_size)
+        ctrl_source = None
+        if control_path is not None:
+            control, ctrl_sites = _open_layers(control_path)
+            _check_control(cache, control, x)
+            ctrl_source = _Source(control, ctrl_sites, settings.block_size)
+        results = ProbeResults(
+            T=T,
+            d=d,
+            layers=list(range(len(sites))),
+            sites=sites,
+            settings=settings.to_dict(),
+            thresholds=settings.thresholds.to_dict(),
+            provenance=cache.provenance,
+            control_provenance=control.provenance if control is not None else None,
+            test_index=np.flatnonzero(split == TEST),
+        )
+        if settings.targets == "roles":
+            _probe_roles(results, main, ctrl_source, x, split, settings, partners, progress)
+        elif settings.probe == "linear":
+            _probe_positions_linear(results, main, ctrl_source, x, split, settings, progress)
+        else:
+            _probe_positions_mlp(results, main, ctrl_source, x, split, settings, progress)
+        return results
+    finally:
+        cache.close()
+        if control is not None:
+            control.close()
+
+
+def _probe_positions_linear(
+    res: ProbeResults,
+    main: _Source,
+    ctrl: _Source | None,
+    x: np.ndarray,
+    split: np.ndarray,
+    settings: ProbeSettings,
+    progress: bool,
+) -> None:
+    n_layers, T = len(res.sites), res.T
+    targets = ProbeTargets(values=x, inputs=x, true_index=np.arange(T))
+    fit = fit_linear_probes(
+        main.blocks,
+        targets,
+        split,
+        alphas=settings.alphas,
+        shuffle_seed=settings.shuffle_seed,
+        source_name=main.name,
+        device=settings.device,
+        progress=progress,
+    )
+    key = ("positions", "linear")
+    res.scores[(*key, "none", "r2")] = _cells(fit.r2, n_layers)
+    res.scores[(*key, "none", "nmse")] = _cells(fit.nmse, n_layers)
+    res.scores[(*key, "none", "identification")] = _cells(fit.identification, n_layers)
+    res.scores[(*key, "none", "alpha")] = _cells(fit.alpha, n_layers)
+    assert fit.shuffled_r2 is not None and fit.per_sample_error is not None
+    res.scores[(*key, "shuffled", "r2")] = _cells(fit.shuffled_r2, n_layers)
+    random_r2 = None
+    if ctrl is not None:
+        cfit = fit_linear_probes(
+            ctrl.blocks,
+            targets,
+            split,
+            alphas=settings.alphas,
+            shuffle_seed=None,
+            second_pass=False,
+            source_name=ctrl.name,
+            device=settings.device,
+            progress=progress,
+        )
+        random_r2 = _cells(cfit.r2, n_layers)
+        res.scores[(*key, "random_init", "r2")] = random_r2
+    _position_sets(res, key, settings.thresholds)
+    errors = _per_sample(fit.per_sample_error, n_layers)
+    res.per_sample[(*key, "none")] = errors
+    th = settings.thresholds
+    res.observed[("positions", "per_sample")] = per_sample_observed(errors, th.tau_sample)
+
+
+def _position_sets(res: ProbeResults, key: tuple[str, str], th: Thresholds) -> None:
+    """Selectivity (vs every control present) and the aggregate observed sets (vs the
+    gating controls of ``th.gate``)."""
+    r2 = res.scores[(*key, "none", "r2")]
+    present = {c: res.scores.get((*key, c, "r2")) for c in ("shuffled", "random_init")}
+    res.scores[(*key, "selectivity", "r2")] = r2 - control_level(*present.values())
+    gating = [present[c] for c in th.gate if present.get(c) is not None]
+    level = control_level(*gating) if gating else np.zeros_like(r2)
+    res.observed[("positions", "aggregate")] = aggregate_observed(r2, level, th.tau, th.margin)
+
+
+def _probe_roles(
+    res: ProbeResults,
+    main: _Source,
+    ctrl: _Source | None,
+    x: np.ndarray,
+    split: np.ndarray,
+    settings: ProbeSettings,
+    partners: dict[str, np.ndarray] | None,
+    progress: bool,
+) -> None:
+    n_layers, T = len(res.sites), res.T
+    base = _roles(main.cache)
+    roles = [AttentionRole(r.block, r.head, k) for k in settings.ranks for r in base]
+    names = [r.name for r in roles]
+    idx = _role_partners(main.cache, roles, settings.block_size)  # [n, R, T+1]
+    for name, extra in (partners or {}).items():
+        arr = np.asarray(extra)
+        if arr.shape != (x.shape[0], T + 1):
+            raise ProbeInputError(
+                f"partners[{name!r}]: expected shape {(x.shape[0], T + 1)}, got {arr.shape}"
+            )
+        idx = np.concatenate([idx, arr[:, None, :].astype(np.int64)], axis=1)
+        names.append(name)
+    values = einops.rearrange(gather_partner_inputs(x, idx), "n r t d -> n t r d")
+    targets = ProbeTargets(
+        values=values,
+        inputs=x,
+        true_index=einops.rearrange(idx, "n r t -> n t r"),
+        cell_row=np.tile(np.arange(T + 1), n_layers),
+    )
+    fit = fit_linear_probes(
+        main.blocks,
+        targets,
+        split,
+        alphas=settings.alphas,
+        shuffle_seed=settings.shuffle_seed,
+        source_name=main.name,
+        device=settings.device,
+        progress=progress,
+    )
+    key = ("roles", "linear")
+    r2 = _cells(fit.r2, n_layers)
+    res.scores[(*key, "none", "r2")] = r2
+    res.scores[(*key, "none", "nmse")] = _cells(fit.nmse, n_layers)
+    res.scores[(*key, "none", "identification")] = _cells(fit.identification, n_layers)
+    assert fit.shuffled_r2 is not None and fit.per_sample_error is not None
+    res.scores[(*key, "shuffled", "r2")] = _cells(fit.shuffled_r2, n_layers)
+    cond = conditional_baseline(r2)
+    res.scores[(*key, "conditional", "r2")] = cond
+    res.scores[(*key, "conditional", "nmse")] = 1.0 - cond
+    random_r2 = None
+    if ctrl is not None:
+        cfit = fit_linear_probes(
+            ctrl.blocks,
+            targets,
+            split,
+            alphas=settings.alphas,
+            shuffle_seed=None,
+            second_pass=False,
+            source_name=ctrl.name,
+            device=settings.device,
+            progress=progress,
+        )
+        random_r2 = _cells(cfit.r2, n_layers)
+        res.scores[(*key, "random_init", "r2")] = random_r2
+        res.scores[(*key, "random_init", "nmse")] = 1.0 - random_r2
+    res.scores[(*key, "selectivity", "r2")] = r2 - control_level(cond, random_r2)
+    res.per_sample[(*key, "none")] = _per_sample(fit.per_sample_error, n_layers)
+    res.role_names = names
+    res.role_partners = idx[split == TEST]
+
+
+def _probe_positions_mlp(
+    res: ProbeResults,
+    main: _Source,
+    ctrl: _Source | None,
+    x: np.ndarray,
+    split: np.ndarray,
+    settings: ProbeSettings,
+    progress: bool,
+) -> None:
+    from infoprobe.probes.mlp import fit_mlp_probes
+    from infoprobe.probes.query import fit_query_probe
+
+    n_layers = len(res.sites)
+    fit_fn = fit_mlp_probes if settings.probe == "mlp" else fit_query_probe
+    idx = [np.flatnonzero(split == s) for s in (TRAIN, VAL, TEST)]
+    budget = {
+        "hidden": settings.mlp_hidden,
+        "epochs": settings.mlp_epochs,
+        "patience": settings.mlp_patience,
+        "batch_size": settings.mlp_batch_size,
+        "lr": settings.mlp_lr,
+        "device": settings.device,
+        "progress": progress,
+    }
+    states = main.load()
+    fit = fit_fn(states, x, *idx, **budget)
+    key = ("positions", settings.probe)
+    r2 = _cells(fit.r2, n_layers)
+    res.scores[(*key, "none", "r2")] = r2
+    res.scores[(*key, "none", "nmse")] = _cells(fit.nmse, n_layers)
+    hits = identification_hits(fit.test_pred, x[idx[2]], np.arange(res.T)).double().mean(0)
+    res.scores[(*key, "none", "identification")] = _cells(hits.numpy(), n_layers)
+    perm_x = x[shuffled_pairing(split, settings.shuffle_seed)]
+    shuffled = fit_fn(states, perm_x, *idx, **budget)
+    res.scores[(*key, "shuffled", "r2")] = _cells(shuffled.r2, n_layers)
+    del states
+    random_r2 = None
+    if ctrl is not None:
+        random_r2 = _cells(fit_fn(ctrl.load(), x, *idx, **budget).r2, n_layers)
+        res.scores[(*key, "random_init", "r2")] = random_r2
+    _position_sets(res, key, settings.thresholds)
+    th = settings.thresholds
+    if settings.probe == "query":
+        errors = _per_sample(fit.errors, n_layers)
+        res.per_sample[(*key, "none")] = errors
+        res.observed[("positions", "per_sample")] = per_sample_observed(errors, th.tau_sample)
+
+
+def run_probe(
+    cache_path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    control_path: str | os.PathLike[str] | None = None,
+    settings: ProbeSettings | None = None,
+    partners: dict[str, np.ndarray] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> ProbeResults:
+    """:func:`probe_cache`, then write the results to ``out`` (temp name + rename).
+
+    Raises :class:`~infoprobe.atomic.OutputExistsError` (a ``FileExistsError``) before any
+    work if ``out`` exists and not ``overwrite``.
+    """
+    out_path = Path(out)
+    refuse_existing(out_path, overwrite, "results file")
+    results = probe_cache(
+        cache_path,
+        control_path=control_path,
+        settings=settings,
+        partners=partners,
+        progress=progress,
+    )
+    results.write(out_path)
+    return results
+
+
+def layer_summary(results: ProbeResults) -> list[dict[str, Any]]:
+    """Per layer: mean R², and how many positions pass τ for CLS and for a typical token.
+
+    The typical token is the median over data tokens of the count of observed positions.
+    """
+    probe = results.settings.get("probe", "linear")
+    targets = results.settings.get("targets", "positions")
+    r2 = results.score("r2", targets, probe)
+    observed = results.observed.get((targets, "aggregate"))
+    rows = []
+    for layer in results.layers:
+        row: dict[str, Any] = {
+            "layer": layer,
+            "site": results.sites[layer],
+            "mean_r2": float(np.nanmean(r2[layer])),
+        }
+        if observed is not None:
+            counts = observed[layer, :, : results.T].sum(-1)
+            row["cls_observed"] = int(counts[results.T])
+            row["token_observed_median"] = float(np.median(counts[: results.T]))
+        rows.append(row)
+    return rows

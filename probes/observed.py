@@ -1,0 +1,96 @@
+"""Observed information sets I_obs(t, l) from probe scores, with thresholds fixed up front.
+
+Aggregate: s ∈ I_obs(t, l) iff R²(l, t, s) ≥ τ **and** R² − control(l, t, s) ≥ margin, where
+control is the largest of the *gating* controls (``Thresholds.gate``, default: the shuffled
+pairing only). The random-init control is reported beside every score (and in the stored
+selectivity) but does not gate membership by default: a randomly initialised network with
+residual connections keeps x(t) in h(t, l) at every layer, and information a random network
+makes accessible is still accessible (InfoFlow sets are about access, not learning), so
+gating on it would remove every token's own position from its set.
+
+Per sample: s ∈ I_obs(i, t, l) iff the per-sample normalised error e_i(l, t, s) < τ_sample
+(e = 1 is "no better than predicting the mean"; see :mod:`infoprobe.probes.metrics`).
+
+The defaults below are fixed before any comparison with theory; results files keep the
+continuous scores, so the comparison can sweep τ. Sets have a position axis of length T+1
+(the conventions); probe scores cover only the T data positions, so the CLS column
+(position T) is never measured and is always False.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+DEFAULT_TAU = 0.5
+"""Aggregate membership: minimum test R² (pooled over the d coordinates)."""
+DEFAULT_MARGIN = 0.2
+"""Aggregate membership: minimum selectivity (R² above the largest control)."""
+DEFAULT_TAU_SAMPLE = 0.1
+"""Per-sample membership: maximum normalised error (1 = the mean predictor on average).
+
+A single sample's error is noisy: a probe that only predicts the mean gives a sample whose
+x(s) happens to lie near the mean a small error too. For x(s) ~ N(0, I_d) that error is
+χ²_d / d, so a non-member passes τ with probability P(χ²_d < d·τ): 9.5 % for d = 2 and
+1.8 % for d = 4 at τ = 0.1 (39 % and 26 % at τ = 0.5, hence the low default)."""
+DEFAULT_GATE = ("shuffled",)
+"""Controls whose score gates aggregate membership (``shuffled``, ``random_init``)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Membership thresholds, fixed before comparing with theory."""
+
+    tau: float = DEFAULT_TAU
+    margin: float = DEFAULT_MARGIN
+    tau_sample: float = DEFAULT_TAU_SAMPLE
+    gate: tuple[str, ...] = field(default=DEFAULT_GATE)
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain dict for provenance."""
+        out = asdict(self)
+        out["gate"] = list(self.gate)
+        return out
+
+
+def _pad_cls(member: np.ndarray) -> np.ndarray:
+    """Append the never-measured CLS column: ``[..., T] -> [..., T+1]``."""
+    pad = np.zeros((*member.shape[:-1], 1), dtype=bool)
+    return np.concatenate([member.astype(bool), pad], axis=-1)
+
+
+def aggregate_observed(
+    r2: np.ndarray, control: np.ndarray, tau: float = DEFAULT_TAU, margin: float = DEFAULT_MARGIN
+) -> np.ndarray:
+    """Aggregate observed sets.
+
+    Args:
+        r2: test R² ``[L+1, T+1, T]`` (layer, token, position).
+        control: the control level (max over controls), same shape.
+        tau, margin: thresholds.
+
+    Returns:
+        bool ``[L+1, T+1, T+1]`` (layer, token, position); NaN scores are not members.
+    """
+    score = np.asarray(r2, dtype=np.float64)
+    sel = score - np.asarray(control, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        member = (score >= tau) & (sel >= margin)
+    return _pad_cls(member)
+
+
+def per_sample_observed(errors: np.ndarray, tau_sample: float = DEFAULT_TAU_SAMPLE) -> np.ndarray:
+    """Per-sample observed sets.
+
+    Args:
+        errors: per-sample normalised errors ``[L+1, n, T+1, T]``.
+        tau_sample: maximum error of a member.
+
+    Returns:
+        bool ``[L+1, n, T+1, T+1]``; NaN errors are not members.
+    """
+    err = np.asarray(errors, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        member = err < tau_sample
+    return _pad_cls(member)

@@ -1,0 +1,326 @@
+"""Per-sample membership probe: one MLP per cell, conditioned on the queried position.
+
+For every cell c (one state ``h_c``, e.g. ``h(t, l)``) a single probe answers
+"what is ``x(s)``?" for every queried position s::
+
+    x̂_c(s) = W2_c · GELU(W1_c · h_c + q_c(s) + b1_c) + b2_c
+
+where ``q_c(s)`` is the first layer applied to a code of s: with
+``query="onehot"`` it is ``W1_c``'s columns for a one-hot ``e_s`` (i.e. the MLP
+on ``[h; e_s]``), with ``query="learned"`` it is ``W_q,c · emb_c(s)`` for a
+learned embedding of size ``embed_dim`` (the MLP on ``[h; emb(s)]``). The probe
+is trained over all s jointly (every sample contributes all S queries), all
+cells at once with grouped weights, with the training machinery, budget,
+seeding and standardisation of :mod:`infoprobe.probes.mlp` (early stopping per
+cell, on the validation loss averaged over s).
+
+Because one probe serves every position, it can only reconstruct ``x(s)`` well
+in the samples whose state actually carries ``x(s)`` (and enough of a code of
+*where* it came from). Its per-sample error therefore shows content-dependent
+retrieval, where a different position arrives in each sample, which
+fixed-position probes average away.
+
+Per-sample error (``errors [n, C, S]``, :func:`infoprobe.probes.metrics.per_sample_error`)::
+
+    err[i, c, s] = Σ_j (x̂_c(s)_ij - x(s)_ij)² / (SST_s / n),
+    SST_s = Σ_i Σ_j (x(s)_ij - x̄(s)_j)²  over the evaluated (test) samples
+
+the squared error of sample i relative to the total variance of ``x(s)``: 0 is
+perfect, about 1 is no better than predicting the mean. Its mean over the test
+samples is the probe's ``nmse = 1 - r2`` for (c, s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from infoprobe.probes.errors import ProbeInputError
+from infoprobe.probes.metrics import per_sample_error
+from infoprobe.probes.mlp import (
+    DEFAULT_MAX_MEMORY_BYTES,
+    ArrayLike,
+    BatchedProbes,
+    ChunkedFit,
+    GeluReadout,
+    ModuleFactory,
+    OptimizerName,
+    TrainingBudget,
+    check_positive_int,
+    check_probe_arrays,
+    check_splits,
+    fit_chunked,
+    held_out_metrics,
+    init_params,
+    predict_chunked,
+    to_numpy,
+)
+
+__all__ = ["BatchedQueryMLP", "QueryProbeFit", "fit_query_probe", "sample_errors"]
+
+QueryCode = Literal["onehot", "learned"]
+
+
+class BatchedQueryMLP(BatchedProbes):
+    """C query-conditioned MLPs ``[h; code(s)] -> hidden -> GELU -> k``, one per cell.
+
+    Parameters (leading axis = cell, ``nn.Linear`` orientation): ``w_in [c, h, E]``,
+    ``b_in [c, h]``, ``w_out [c, k, h]``, ``b_out [c, k]``, and for
+    ``query="onehot"`` ``w_query [c, S, h]`` (the first layer's one-hot
+    columns), for ``query="learned"`` ``embed [c, S, m]`` and
+    ``w_query [c, m, h]``.
+    """
+
+    loss_dims = (1, 2, 3)  # one loss per cell: mean over positions, samples, coordinates
+
+    def __init__(
+        self,
+        cells: range,
+        n_positions: int,
+        d_in: int,
+        hidden: int,
+        d_out: int,
+        *,
+        query: QueryCode = "onehot",
+        embed_dim: int = 16,
+        seed: int = 0,
+        arrays: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        super().__init__()
+        code_dim = n_positions if query == "onehot" else embed_dim
+        fan_in = {"w_in": d_in + code_dim, "b_in": d_in + code_dim}
+        shapes = {"w_in": (hidden, d_in), "b_in": (hidden,)}
+        if query == "onehot":
+            shapes["w_query"] = (n_positions, hidden)
+            fan_in["w_query"] = d_in + code_dim
+        else:
+            shapes["embed"] = (n_positions, embed_dim)
+            shapes["w_query"] = (embed_dim, hidden)
+            fan_in["embed"] = None
+            fan_in["w_query"] = d_in + code_dim
+        shapes["w_out"] = (d_out, hidden)
+        shapes["b_out"] = (d_out,)
+        fan_in["w_out"] = fan_in["b_out"] = hidden
+        init_params(self, cells, shapes, fan_in, seed, arrays)
+        self.query = query
+        self.probe_shape = (len(cells),)
+
+    def query_offsets(self) -> torch.Tensor:
+        """The first layer's contribution of each queried position, ``[c, S, h]``."""
+        if self.query == "onehot":
+            return self.w_query
+        return torch.einsum("csm,cmh->csh", self.embed, self.w_query)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [c, b, E]`` (standardised) -> ``x̂(s)`` for every s, ``[c, S, k, b]``."""
+        state = torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2))  # [c, h, b]
+        pre = state.unsqueeze(1) + self.query_offsets().unsqueeze(3)  # [c, S, h, b]
+        return GeluReadout.apply(pre, self.w_out.unsqueeze(1), self.b_out[:, None, :, None])
+
+
+def query_bytes_per_cell(
+    n: int,
+    n_positions: int,
+    code_dim: int,
+    d_in: int,
+    hidden: int,
+    d_out: int,
+    batch: int,
+    eval_batch: int,
+) -> int:
+    """float32 bytes one cell of :class:`BatchedQueryMLP` needs during a fit.
+
+    ``4 · [5·P + n·E + 2·b·(E + h + 3·S·h + 2·S·k) + 2·b_eval·S·(h + k)]`` with
+    ``P = E·h + h + (S + m)·h + S·m + h·k + k`` parameters per cell (``m`` =
+    ``embed_dim`` for a learned code, 0 for one-hot; weights, gradients, two
+    Adam moments, best copy), the cell's inputs, one training minibatch's
+    activations with gradients and one evaluation batch.
+    """
+    extra = 0 if code_dim == n_positions else code_dim * (hidden + n_positions)
+    per_cell = d_in * hidden + hidden + n_positions * hidden + extra + hidden * d_out + d_out
+    floats = (
+        5 * per_cell
+        + n * d_in
+        + 2 * batch * (d_in + hidden + 3 * n_positions * hidden + 2 * n_positions * d_out)
+        + 2 * eval_batch * n_positions * (hidden + d_out)
+    )
+    return 4 * floats
+
+
+def sample_errors(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per-sample normalised errors ``[n, C, S]`` float32 of ``pred [n, C, S, k]`` against
+    ``y [n, S, k]``, normalised by the variance of ``y`` over these n samples."""
+    y64 = y.astype(np.float64)
+    variance = ((y64 - y64.mean(axis=0)) ** 2).sum(axis=2).mean(axis=0)  # SST / n, [S]
+    return per_sample_error(y[:, None], pred, variance[None]).numpy()
+
+
+@dataclass
+class QueryProbeFit:
+    """A fitted query-conditioned probe per cell (all arrays numpy).
+
+    ``errors [n_test, C, S]``: per-sample normalised error on the test split
+    (module docstring), rows in the order of ``test_idx``. ``test_pred
+    [n_test, C, S, k]``: reconstructions in original units. ``r2 [C, S]`` and
+    ``nmse [C, S]``: aggregate test metrics as in :mod:`infoprobe.probes.mlp`.
+    ``best_val_loss [C]``, ``best_epoch [C]``: per-cell early stopping.
+    """
+
+    errors: np.ndarray
+    test_pred: np.ndarray
+    r2: np.ndarray
+    nmse: np.ndarray
+    best_val_loss: np.ndarray
+    best_epoch: np.ndarray
+    test_idx: np.ndarray
+    budget: TrainingBudget
+    hidden: int
+    query: QueryCode
+    embed_dim: int
+    engine: ChunkedFit = field(repr=False)
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        """The probes' weights (see :class:`BatchedQueryMLP`), leading axis = cell."""
+        return self.engine.params
+
+    def settings(self) -> dict[str, object]:
+        """The probe settings as plain data (for provenance in results files)."""
+        return {
+            "probe": "query",
+            "hidden": self.hidden,
+            "query": self.query,
+            "embed_dim": self.embed_dim,
+            **vars(self.budget),
+        }
+
+    def factory(self) -> ModuleFactory:
+        """The module factory that rebuilds these probes from their weights."""
+        n_positions, k = self.engine.y_stats.mean.shape
+        d_in = self.engine.x_stats.mean.shape[1]
+        return query_factory(n_positions, d_in, self.hidden, k, self.query, self.embed_dim, 0)
+
+    def predict(self, X: ArrayLike, *, device: str | torch.device = "cpu") -> np.ndarray:
+        """Reconstructions ``x̂(s)`` ``[n, C, S, k]`` (original units) from ``X [n, C, E]``."""
+        batch = 4 * self.budget.batch_size
+        return predict_chunked(X, self.engine, self.factory(), batch_size=batch, device=device)
+
+    def errors_on(
+        self, X: ArrayLike, Y: ArrayLike, *, device: str | torch.device = "cpu"
+    ) -> np.ndarray:
+        """Per-sample normalised errors ``[n, C, S]`` on new ``X [n, C, E]``, ``Y [n, S, k]``
+        (normalised by the variance of ``Y`` over these n samples)."""
+        y = to_numpy(Y)
+        if y.shape[1:] != self.engine.y_stats.mean.shape:
+            raise ProbeInputError(
+                f"Y: expected shape [n, {', '.join(map(str, self.engine.y_stats.mean.shape))}], "
+                f"got {y.shape}"
+            )
+        return sample_errors(self.predict(X, device=device), y)
+
+
+def query_factory(
+    n_positions: int,
+    d_in: int,
+    hidden: int,
+    d_out: int,
+    query: QueryCode,
+    embed_dim: int,
+    seed: int,
+) -> ModuleFactory:
+    """A module factory building :class:`BatchedQueryMLP` probes for a range of cells."""
+
+    def make(cells: range, arrays: dict[str, np.ndarray] | None) -> BatchedProbes:
+        return BatchedQueryMLP(
+            cells,
+            n_positions,
+            d_in,
+            hidden,
+            d_out,
+            query=query,
+            embed_dim=embed_dim,
+            seed=seed,
+            arrays=arrays,
+        )
+
+    return make
+
+
+def fit_query_probe(
+    X: ArrayLike,
+    Y: ArrayLike,
+    train_idx: ArrayLike,
+    val_idx: ArrayLike,
+    test_idx: ArrayLike,
+    *,
+    hidden: int = 64,
+    query: QueryCode = "onehot",
+    embed_dim: int = 16,
+    epochs: int = 100,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    weight_decay: float = 0.0,
+    optimizer: OptimizerName = "adam",
+    patience: int = 10,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
+    progress: bool = True,
+) -> QueryProbeFit:
+    """Fit one query-conditioned MLP per cell and return per-sample test errors.
+
+    ``X [n, C, E]``: states of every cell. ``Y [n, S, k]``: ``x(s)`` of every
+    queried position s. Splits as in
+    :func:`~infoprobe.probes.mlp.fit_mlp_probes`; the budget is the same.
+    ``query``: ``"onehot"`` (MLP on ``[h; e_s]``) or ``"learned"`` (MLP on
+    ``[h; emb(s)]``, ``embed_dim`` wide). Returns ``errors [n_test, C, S]``
+    (normalised by the test variance of x(s), module docstring).
+
+    Memory: chunks of ``c = max_memory_bytes // bytes_per_cell`` cells with
+    ``bytes_per_cell = 4·[5·P + n·E + 2·b·(E + h + 3·S·h + 2·S·k) +
+    2·b·S·(h + k)]``, ``P ≈ E·h + h + S·h + h·k + k`` parameters
+    (:func:`query_bytes_per_cell` has the exact count); the outputs add ``4·n_test·C·S·(k + 1)``.
+    """
+    hidden = check_positive_int(hidden, "hidden")
+    embed_dim = check_positive_int(embed_dim, "embed_dim")
+    if query not in ("onehot", "learned"):
+        raise ProbeInputError(f"query: expected 'onehot' or 'learned', got {query!r}")
+    budget = TrainingBudget(epochs, batch_size, lr, weight_decay, optimizer, patience, seed)
+    (n, n_cells, d_in), y = check_probe_arrays(X, Y)
+    splits = check_splits(n, train_idx, val_idx, test_idx)
+    _, n_positions, k = y.shape
+    code = n_positions if query == "onehot" else embed_dim
+    per_cell = query_bytes_per_cell(n, n_positions, code, d_in, hidden, k, batch_size, batch_size)
+    engine = fit_chunked(
+        X,
+        y,
+        splits,
+        n_cells,
+        query_factory(n_positions, d_in, hidden, k, query, embed_dim, seed),
+        per_cell,
+        4 * n_positions * hidden * batch_size,
+        budget,
+        device=device,
+        max_memory_bytes=max_memory_bytes,
+        progress=progress,
+        desc="query probes",
+    )
+    y_test = y[splits[2]]
+    r2, nmse = held_out_metrics(engine.test_pred, y_test)
+    return QueryProbeFit(
+        errors=sample_errors(engine.test_pred, y_test),
+        test_pred=engine.test_pred,
+        r2=r2,
+        nmse=nmse,
+        best_val_loss=engine.best_val_loss,
+        best_epoch=engine.best_epoch,
+        test_idx=splits[2],
+        budget=budget,
+        hidden=hidden,
+        query=query,
+        embed_dim=embed_dim,
+        engine=engine,
+    )
