@@ -35,11 +35,20 @@ def test_every_stage_ran_once_and_wrote_its_output(run_dir):
     out, summary, lines = run_dir
     manifest = json.loads((out / "run.json").read_text())
     assert sorted(manifest["stages"]) == sorted(STAGES)
-    for name in ("checkpoint", "acts.h5", "acts-random-init.h5", "probes.h5", "pred.h5",
-                 "comparison.json", "report/report.html", "report/summary.json"):
+    for name in (
+        "checkpoint",
+        "acts.h5",
+        "acts-random-init.h5",
+        "probes.h5",
+        "pred.h5",
+        "comparison.json",
+        "report/report.html",
+        "report/summary.json",
+    ):
         assert (out / name).exists(), name
     assert [line.split("]")[0] for line in lines if "done in" in line] == [
-        f"[{i}/6" for i in range(1, 7)]
+        f"[{i}/6" for i in range(1, 7)
+    ]
     assert not list(out.glob("*.tmp-*"))
     assert summary.report == out / "report" / "report.html"
 
@@ -83,8 +92,15 @@ def test_a_changed_setting_is_refused_naming_it(run_dir, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     with pytest.raises(RunFolderError, match=r"n_cache|n: 600 -> 900"):
-        run_pipeline(copy, TASK, MODEL, TRAIN, RunSettings(n_cache=900, batch_size=200),
-                     progress=False, log=lambda line: None)
+        run_pipeline(
+            copy,
+            TASK,
+            MODEL,
+            TRAIN,
+            RunSettings(n_cache=900, batch_size=200),
+            progress=False,
+            log=lambda line: None,
+        )
 
 
 def test_changed_training_invalidates_everything_downstream_with_overwrite(run_dir, tmp_path):
@@ -95,8 +111,9 @@ def test_changed_training_invalidates_everything_downstream_with_overwrite(run_d
     other = TrainConfig(**{**TRAIN.to_dict(), "steps": 20})
     with pytest.raises(RunFolderError, match="steps: 40 -> 20"):
         run_pipeline(copy, TASK, MODEL, other, SETTINGS, progress=False, log=lines.append)
-    run_pipeline(copy, TASK, MODEL, other, SETTINGS, overwrite=True, progress=False,
-                 log=lines.append)
+    run_pipeline(
+        copy, TASK, MODEL, other, SETTINGS, overwrite=True, progress=False, log=lines.append
+    )
     assert sum("done in" in line for line in lines) == 6
     assert load_checkpoint(copy / "checkpoint").meta["train_config"]["steps"] == 20
 
@@ -116,9 +133,26 @@ def test_probe_checkpoint_without_task_asks_for_one_then_uses_it(run_dir, tmp_pa
     (bare / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="pass --task"):
         probe_checkpoint(bare, tmp_path / "p", SETTINGS, progress=False)
-    rc = main(["probe-checkpoint", str(bare), "--out", str(tmp_path / "p"), "--task",
-               "intrinsic-dim", "--T", "5", "--D", "2", "--n-cache", "600", "--cache-batch",
-               "200", "--no-rollout", "--quiet"])
+    rc = main(
+        [
+            "probe-checkpoint",
+            str(bare),
+            "--out",
+            str(tmp_path / "p"),
+            "--task",
+            "intrinsic-dim",
+            "--T",
+            "5",
+            "--D",
+            "2",
+            "--n-cache",
+            "600",
+            "--cache-batch",
+            "200",
+            "--no-rollout",
+            "--quiet",
+        ]
+    )
     assert rc == 0
     assert load_checkpoint(tmp_path / "p" / "checkpoint").task == TASK
     with h5py.File(tmp_path / "p" / "acts.h5") as f:

@@ -1,0 +1,35 @@
+"""The examples run as users run them (so they cannot rot), on tiny sizes."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run_example(name: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_cache_activations_example(tmp_path):
+    out = run_example(
+        "cache_activations.py", "--out", str(tmp_path / "c"), "--steps", "30", "--n", "300"
+    )
+    assert "TL cache: pattern of block 0 (16, 2, 9, 9)" in out
+    with h5py.File(tmp_path / "c" / "acts.h5") as f:
+        assert f.attrs["n_committed"] == 300 and f["inputs/x"].shape == (300, 8, 4)
+
+
+def test_probe_checkpoint_then_compare_sets_examples(tmp_path):
+    run = tmp_path / "p"
+    out = run_example("probe_checkpoint.py", "--out", str(run), "--steps", "30", "--n", "600")
+    assert "InfoFlow: efficient" in out and (run / "report" / "report.html").is_file()
+    out = run_example("compare_sets.py", str(run))
+    assert "== infoflow" in out and "== rollout" in out
+    assert out.count("violations,") == 3  # one line per layer 0..2
