@@ -30,7 +30,7 @@ from infoprobe.probes.controls import (
     shuffled_pairing,
 )
 from infoprobe.probes.errors import ControlMismatchError, MissingSiteError, ProbeInputError
-from infoprobe.probes.linear import ProbeTargets, fit_linear_probes
+from infoprobe.probes.linear import LinearProbeScores, ProbeTargets, fit_linear_probes
 from infoprobe.probes.metrics import identification_hits
 from infoprobe.probes.observed import Thresholds, aggregate_observed, per_sample_observed
 from infoprobe.probes.results import ProbeResults
@@ -256,6 +256,54 @@ def probe_cache(
             control.close()
 
 
+def _fit_linear(
+    res: ProbeResults,
+    key: tuple[str, str],
+    main: _Source,
+    ctrl: _Source | None,
+    targets: ProbeTargets,
+    split: np.ndarray,
+    settings: ProbeSettings,
+    progress: bool,
+) -> tuple[LinearProbeScores, np.ndarray | None]:
+    """Fit the linear probes on the main cache (and the random-init control, if any).
+
+    Records R², NMSE, identification and the shuffled control under ``key``, and the
+    random-init control's R²; returns the main fit and the control's R² [L+1, T+1, S].
+    """
+    n_layers = len(res.sites)
+    fit = fit_linear_probes(
+        main.blocks,
+        targets,
+        split,
+        alphas=settings.alphas,
+        shuffle_seed=settings.shuffle_seed,
+        source_name=main.name,
+        device=settings.device,
+        progress=progress,
+    )
+    assert fit.shuffled_r2 is not None and fit.per_sample_error is not None
+    for metric in ("r2", "nmse", "identification"):
+        res.scores[(*key, "none", metric)] = _cells(getattr(fit, metric), n_layers)
+    res.scores[(*key, "shuffled", "r2")] = _cells(fit.shuffled_r2, n_layers)
+    if ctrl is None:
+        return fit, None
+    control = fit_linear_probes(
+        ctrl.blocks,
+        targets,
+        split,
+        alphas=settings.alphas,
+        shuffle_seed=None,
+        second_pass=False,
+        source_name=ctrl.name,
+        device=settings.device,
+        progress=progress,
+    )
+    random_r2 = _cells(control.r2, n_layers)
+    res.scores[(*key, "random_init", "r2")] = random_r2
+    return fit, random_r2
+
+
 def _probe_positions_linear(
     res: ProbeResults,
     main: _Source,
@@ -267,38 +315,9 @@ def _probe_positions_linear(
 ) -> None:
     n_layers, T = len(res.sites), res.T
     targets = ProbeTargets(values=x, inputs=x, true_index=np.arange(T))
-    fit = fit_linear_probes(
-        main.blocks,
-        targets,
-        split,
-        alphas=settings.alphas,
-        shuffle_seed=settings.shuffle_seed,
-        source_name=main.name,
-        device=settings.device,
-        progress=progress,
-    )
     key = ("positions", "linear")
-    res.scores[(*key, "none", "r2")] = _cells(fit.r2, n_layers)
-    res.scores[(*key, "none", "nmse")] = _cells(fit.nmse, n_layers)
-    res.scores[(*key, "none", "identification")] = _cells(fit.identification, n_layers)
+    fit, _ = _fit_linear(res, key, main, ctrl, targets, split, settings, progress)
     res.scores[(*key, "none", "alpha")] = _cells(fit.alpha, n_layers)
-    assert fit.shuffled_r2 is not None and fit.per_sample_error is not None
-    res.scores[(*key, "shuffled", "r2")] = _cells(fit.shuffled_r2, n_layers)
-    random_r2 = None
-    if ctrl is not None:
-        cfit = fit_linear_probes(
-            ctrl.blocks,
-            targets,
-            split,
-            alphas=settings.alphas,
-            shuffle_seed=None,
-            second_pass=False,
-            source_name=ctrl.name,
-            device=settings.device,
-            progress=progress,
-        )
-        random_r2 = _cells(cfit.r2, n_layers)
-        res.scores[(*key, "random_init", "r2")] = random_r2
     _position_sets(res, key, settings.thresholds)
     errors = _per_sample(fit.per_sample_error, n_layers)
     res.per_sample[(*key, "none")] = errors
@@ -347,41 +366,13 @@ def _probe_roles(
         true_index=einops.rearrange(idx, "n r t -> n t r"),
         cell_row=np.tile(np.arange(T + 1), n_layers),
     )
-    fit = fit_linear_probes(
-        main.blocks,
-        targets,
-        split,
-        alphas=settings.alphas,
-        shuffle_seed=settings.shuffle_seed,
-        source_name=main.name,
-        device=settings.device,
-        progress=progress,
-    )
     key = ("roles", "linear")
-    r2 = _cells(fit.r2, n_layers)
-    res.scores[(*key, "none", "r2")] = r2
-    res.scores[(*key, "none", "nmse")] = _cells(fit.nmse, n_layers)
-    res.scores[(*key, "none", "identification")] = _cells(fit.identification, n_layers)
-    assert fit.shuffled_r2 is not None and fit.per_sample_error is not None
-    res.scores[(*key, "shuffled", "r2")] = _cells(fit.shuffled_r2, n_layers)
+    fit, random_r2 = _fit_linear(res, key, main, ctrl, targets, split, settings, progress)
+    r2 = res.scores[(*key, "none", "r2")]
     cond = conditional_baseline(r2)
     res.scores[(*key, "conditional", "r2")] = cond
     res.scores[(*key, "conditional", "nmse")] = 1.0 - cond
-    random_r2 = None
-    if ctrl is not None:
-        cfit = fit_linear_probes(
-            ctrl.blocks,
-            targets,
-            split,
-            alphas=settings.alphas,
-            shuffle_seed=None,
-            second_pass=False,
-            source_name=ctrl.name,
-            device=settings.device,
-            progress=progress,
-        )
-        random_r2 = _cells(cfit.r2, n_layers)
-        res.scores[(*key, "random_init", "r2")] = random_r2
+    if random_r2 is not None:
         res.scores[(*key, "random_init", "nmse")] = 1.0 - random_r2
     res.scores[(*key, "selectivity", "r2")] = r2 - control_level(cond, random_r2)
     res.per_sample[(*key, "none")] = _per_sample(fit.per_sample_error, n_layers)
