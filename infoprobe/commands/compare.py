@@ -108,7 +108,8 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def sources_from_args(args: argparse.Namespace, *, want_patterns: bool):
+    """(rollout config or None, loaded :class:`Sources`) from the shared source options."""
     rollout = rollout_config_from_args(args)
     if rollout is not None and args.cache is None:
         raise UsageError("--rollout needs --cache ACTS.h5 (the attention patterns)")
@@ -118,8 +119,13 @@ def run(args: argparse.Namespace) -> int:
         cache_path=args.cache,
         probe=args.probe,
         score=args.score,
-        want_patterns=rollout is not None,
+        want_patterns=want_patterns or rollout is not None,
     )
+    return rollout, sources
+
+
+def run(args: argparse.Namespace) -> int:
+    rollout, sources = sources_from_args(args, want_patterns=False)
     infoflow, rolled, _ = compare_sources(sources, rollout)
     comparisons = [infoflow] + ([rolled] if rolled is not None else [])
     print(

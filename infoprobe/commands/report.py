@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.commands.compare import (
-    add_source_arguments,
-    print_verdicts,
-    rollout_config_from_args,
-)
-from infoprobe.errors import UsageError
+from infoprobe.commands.compare import add_source_arguments, print_verdicts, sources_from_args
 from infoprobe.report.build import write_report
-from infoprobe.report.sources import checkpoint_history, load_sources, report_inputs
+from infoprobe.report.sources import checkpoint_history, report_inputs
 
 DESCRIPTION = """\
 Write a report folder: summary.json (every number and the provenance of every input
@@ -59,17 +54,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rollout = rollout_config_from_args(args)
-    if rollout is not None and args.cache is None:
-        raise UsageError("--rollout needs --cache ACTS.h5 (the attention patterns)")
-    sources = load_sources(
-        args.pred,
-        args.probes,
-        cache_path=args.cache,
-        probe=args.probe,
-        score=args.score,
-        want_patterns=args.cache is not None,
-    )
+    rollout, sources = sources_from_args(args, want_patterns=args.cache is not None)
     history, extra = [], {}
     if args.checkpoint is not None:
         history, ckpt_prov = checkpoint_history(args.checkpoint, sources)

@@ -47,6 +47,7 @@ class SetsFile:
 
 
 def inputs_hash(x: np.ndarray) -> str:
+    """SHA-256 of input samples x [N, T, d] as contiguous float32 bytes."""
     return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
 
 

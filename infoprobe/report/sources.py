@@ -11,7 +11,6 @@ they are indexed with the results' ``test_index`` before comparing.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from infoprobe.checkpoint import read_checkpoint_meta
 from infoprobe.compare import Comparison, Observations, ProvenanceError, check_provenance, compare
 from infoprobe.hooks import open_cache
 from infoprobe.infoflow import SetsFile, read_sets
+from infoprobe.infoflow.store import inputs_hash
 from infoprobe.probes.results import ProbeResults
 from infoprobe.report.build import ReportInputs
 from infoprobe.rollout import Rollout, RolloutConfig, predict_rollout
@@ -34,11 +34,6 @@ TARGETS = "positions"
 
 class SourceError(ValueError):
     """A pipeline file lacks what the comparison or report needs."""
-
-
-def inputs_sha256(x: np.ndarray) -> str:
-    """SHA-256 of input samples as float32 bytes (same rule as the predicted-sets file)."""
-    return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
 
 
 def _without_none(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,7 +51,7 @@ def predicted_provenance(sets: SetsFile) -> dict[str, Any]:
             "T": int(sets.x.shape[1]),
             "n_layers": int(sets.sets.shape[0]) - 1,
             "checkpoint_sha256": prov.get("checkpoint_sha256"),
-            "inputs_sha256": inputs_sha256(sets.x),
+            "inputs_sha256": inputs_hash(sets.x),
         }
     )
 
@@ -77,7 +72,7 @@ def probe_provenance(results: ProbeResults, x: np.ndarray | None = None) -> dict
             "T": results.T,
             "n_layers": len(results.layers) - 1,
             "checkpoint_sha256": prov.get("checkpoint_sha256"),
-            "inputs_sha256": None if x is None else inputs_sha256(x),
+            "inputs_sha256": None if x is None else inputs_hash(x),
         }
     )
 
