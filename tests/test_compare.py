@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 
+from infoprobe.auroc import auroc, average_ranks
 from infoprobe.compare import (
     CAVEAT,
     CompareInputError,
@@ -18,8 +19,6 @@ from infoprobe.compare import (
     ProvenanceError,
     SetAgreement,
     aggregate_membership,
-    auroc,
-    average_ranks,
     check_provenance,
     compare,
     tau_sweep,
