@@ -46,27 +46,19 @@ def expected_x(task, data_seed: int, n: int = N, batch: int = BATCH) -> np.ndarr
     )
 
 
+def cache_argv(checkpoint, out, sites: str = "residual,attention") -> list[str]:
+    """`infoprobe cache` arguments for N samples in batches of BATCH."""
+    return ["cache", str(checkpoint), "--n", str(N), "--batch", str(BATCH), "--sites", sites,
+            "--out", str(out), "--quiet"]  # fmt: skip
+
+
 def digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_cli_writes_a_cache_of_the_checkpoints_task(checkpoint, tmp_path, capsys):
     out = tmp_path / "acts.h5"
-    rc = main(
-        [
-            "cache",
-            str(checkpoint),
-            "--n",
-            str(N),
-            "--batch",
-            str(BATCH),
-            "--sites",
-            "residual,attention",
-            "--out",
-            str(out),
-            "--quiet",
-        ]
-    )
+    rc = main(cache_argv(checkpoint, out))
     assert rc == 0
     printed = capsys.readouterr().out
     assert "estimated size" in printed and "MB" in printed
@@ -90,24 +82,7 @@ def test_cli_writes_a_cache_of_the_checkpoints_task(checkpoint, tmp_path, capsys
         )
 
     before = digest(out)
-    assert (
-        main(
-            [
-                "cache",
-                str(checkpoint),
-                "--n",
-                str(N),
-                "--batch",
-                str(BATCH),
-                "--sites",
-                "residual,attention",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    assert main(cache_argv(checkpoint, out)) == 0
     assert "already complete" in capsys.readouterr().out
     assert digest(out) == before
 
@@ -119,19 +94,7 @@ def test_cli_writes_a_cache_of_the_checkpoints_task(checkpoint, tmp_path, capsys
 
 def test_cli_refuses_a_mismatched_run_and_leaves_the_file(checkpoint, tmp_path, capsys):
     out = tmp_path / "acts.h5"
-    args = [
-        "cache",
-        str(checkpoint),
-        "--n",
-        str(N),
-        "--batch",
-        str(BATCH),
-        "--sites",
-        "layers",
-        "--out",
-        str(out),
-        "--quiet",
-    ]
+    args = cache_argv(checkpoint, out, sites="layers")
     assert main(args) == 0
     before = digest(out)
     assert main([*args, "--data-seed", "3"]) == 2

@@ -237,6 +237,17 @@ DEPTH_WIDTHS = (("1 layer", 16, (1,)), ("1 layer", 64, (1,)))
 DEPTH_WIDTHS += (("2 layers", 12, (1, 1)), ("2 layers", 45, (1, 1)))
 
 
+def depth_check(*, gate: bool) -> Check:
+    """Depth separation: at matched parameters, 2 layers beat 1 layer at every T."""
+    return Check(
+        "at matched parameters, 2 layers reach a lower best NMSE than 1 layer at every T",
+        partial(
+            checks.series_below, x="T", good="2 layers", others=["1 layer"], where={"sweep": "T"}
+        ),
+        gate=gate,
+    )
+
+
 def depth_points(
     Ts: Sequence[int], width_T: int, train: Mapping[str, Any]
 ) -> tuple[GridPoint, ...]:
@@ -277,20 +288,7 @@ DEPTH_SEPARATION = Claim(
                 "widths (matched 1 layer E=32 vs 2 layers E=23): our choice",
             ),
             expected_runtime="about 12-15 min on 2 CPU cores (estimate; 20 runs of 5k steps)",
-            checks=(
-                Check(
-                    "at matched parameters, 2 layers reach a lower best NMSE than 1 layer "
-                    "at every T",
-                    partial(
-                        checks.series_below,
-                        x="T",
-                        good="2 layers",
-                        others=["1 layer"],
-                        where={"sweep": "T"},
-                    ),
-                    gate=False,
-                ),
-            ),
+            checks=(depth_check(gate=False),),
         ),
         "paper": Profile(
             name="paper",
@@ -301,19 +299,7 @@ DEPTH_SEPARATION = Claim(
                 "50k steps of 256 fresh samples: our choice",
             ),
             expected_runtime="see docs/reproduction.md",
-            checks=(
-                Check(
-                    "at matched parameters, 2 layers reach a lower best NMSE than 1 layer "
-                    "at every T",
-                    partial(
-                        checks.series_below,
-                        x="T",
-                        good="2 layers",
-                        others=["1 layer"],
-                        where={"sweep": "T"},
-                    ),
-                ),
-            ),
+            checks=(depth_check(gate=True),),
         ),
     },
     figures=(
