@@ -46,6 +46,9 @@ class ModelConfig:
         d_mlp: hidden width of each block's FFN; 0 removes the FFN.
         d_readout: hidden width of the 2-layer GELU readout MLP on CLS.
         d_out: output dimension (1 for scalar targets).
+        init_gain: every weight matrix starts N(0, (init_gain / sqrt(fan_in))^2); 1.0 is
+            LeCun-normal, 1/sqrt(3) matches the standard deviation of PyTorch's
+            ``nn.Linear`` default. Biases start at 0.
     """
 
     d_in: int
@@ -59,12 +62,15 @@ class ModelConfig:
     d_mlp: int = 128
     d_readout: int = 32
     d_out: int = 1
+    init_gain: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", tuple(int(h) for h in self.heads))
         for name in ("d_in", "n_ctx", "d_model", "d_readout", "d_out"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.init_gain > 0:
+            raise ConfigError(f"ModelConfig.init_gain must be > 0, got {self.init_gain}")
         if self.d_mlp < 0:
             raise ConfigError(f"ModelConfig.d_mlp must be >= 0, got {self.d_mlp}")
         if not self.heads or min(self.heads) < 1:
@@ -113,8 +119,10 @@ class ModelConfig:
         return cls(**{**d, "heads": tuple(d.get("heads", (2, 2)))})
 
 
-def _normal(shape: tuple[int, ...], fan_in: int, gen: torch.Generator) -> nn.Parameter:
-    return nn.Parameter(torch.randn(shape, generator=gen) / math.sqrt(fan_in))
+def _normal(
+    shape: tuple[int, ...], fan_in: int, cfg: ModelConfig, gen: torch.Generator
+) -> nn.Parameter:
+    return nn.Parameter(torch.randn(shape, generator=gen) / (math.sqrt(fan_in) / cfg.init_gain))
 
 
 def _zeros(*shape: int) -> nn.Parameter:
@@ -136,7 +144,7 @@ class Embed(nn.Module):
 
     def __init__(self, cfg: ModelConfig, gen: torch.Generator):
         super().__init__()
-        self.W_E = _normal((cfg.d_in, cfg.d_model), cfg.d_in, gen)
+        self.W_E = _normal((cfg.d_in, cfg.d_model), cfg.d_in, cfg, gen)
         self.b_E = _zeros(cfg.d_model)
         self.cls = nn.Parameter(torch.randn(cfg.d_model, generator=gen))
 
@@ -168,10 +176,10 @@ class Attention(nn.Module):
         super().__init__()
         h, e, n = cfg.heads[block], cfg.d_model, cfg.d_head_of(block)
         self.n_heads, self.d_head = h, n
-        self.W_Q = _normal((h, e, n), e, gen)
-        self.W_K = _normal((h, e, n), e, gen)
-        self.W_V = _normal((h, e, n), e, gen)
-        self.W_O = _normal((h, n, e), h * n, gen)
+        self.W_Q = _normal((h, e, n), e, cfg, gen)
+        self.W_K = _normal((h, e, n), e, cfg, gen)
+        self.W_V = _normal((h, e, n), e, cfg, gen)
+        self.W_O = _normal((h, n, e), h * n, cfg, gen)
         self.b_Q, self.b_K, self.b_V = _zeros(h, n), _zeros(h, n), _zeros(h, n)
         self.b_O = _zeros(e)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
@@ -196,9 +204,9 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig, gen: torch.Generator):
         super().__init__()
-        self.W_in = _normal((cfg.d_model, cfg.d_mlp), cfg.d_model, gen)
+        self.W_in = _normal((cfg.d_model, cfg.d_mlp), cfg.d_model, cfg, gen)
         self.b_in = _zeros(cfg.d_mlp)
-        self.W_out = _normal((cfg.d_mlp, cfg.d_model), cfg.d_mlp, gen)
+        self.W_out = _normal((cfg.d_mlp, cfg.d_model), cfg.d_mlp, cfg, gen)
         self.b_out = _zeros(cfg.d_model)
         self.hook_pre, self.hook_post = HookPoint(), HookPoint()
 
@@ -245,9 +253,9 @@ class Readout(nn.Module):
     def __init__(self, cfg: ModelConfig, gen: torch.Generator):
         super().__init__()
         self.ln = nn.LayerNorm(cfg.d_model) if cfg.layer_norm else nn.Identity()
-        self.W_1 = _normal((cfg.d_model, cfg.d_readout), cfg.d_model, gen)
+        self.W_1 = _normal((cfg.d_model, cfg.d_readout), cfg.d_model, cfg, gen)
         self.b_1 = _zeros(cfg.d_readout)
-        self.W_2 = _normal((cfg.d_readout, cfg.d_out), cfg.d_readout, gen)
+        self.W_2 = _normal((cfg.d_readout, cfg.d_out), cfg.d_readout, cfg, gen)
         self.b_2 = _zeros(cfg.d_out)
         self.register_buffer("y_mean", torch.zeros(cfg.d_out))
         self.register_buffer("y_scale", torch.ones(cfg.d_out))

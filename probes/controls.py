@@ -83,7 +83,10 @@ ARCHITECTURE_FIELDS = (
     "d_mlp",
     "d_readout",
     "d_out",
+    "init_gain",
 )
+# Fields added after the first cache format: a config without one had this value.
+FIELD_DEFAULTS = {"init_gain": 1.0}
 
 
 def check_control_compatible(
@@ -105,7 +108,8 @@ def check_control_compatible(
         ControlMismatchError: naming the first differing field and both values.
     """
     for key in ARCHITECTURE_FIELDS:
-        a, b = main_config.get(key), control_config.get(key)
+        default = FIELD_DEFAULTS.get(key)
+        a, b = main_config.get(key, default), control_config.get(key, default)
         if _normalise(a) != _normalise(b):
             raise ControlMismatchError(
                 f"{control_name}: model config field '{key}' expected {a!r} "

@@ -180,6 +180,16 @@ def test_same_seed_same_weights_and_local_generator_only():
     )
 
 
+def test_init_gain_scales_every_weight_matrix_and_nothing_else():
+    base, scaled = make(), make(init_gain=0.5)
+    for (name, p), q in zip(base.named_parameters(), scaled.parameters(), strict=True):
+        is_matrix = name.rsplit(".", 1)[-1].startswith("W_")
+        expected = 0.5 * p if is_matrix else p  # biases stay 0, CLS keeps its N(0, 1)
+        torch.testing.assert_close(q, expected, rtol=1e-6, atol=0, msg=name)
+    fan_in = base.cfg.d_model
+    assert scaled.blocks[0].mlp.W_in.std().item() == pytest.approx(0.5 / fan_in**0.5, rel=0.1)
+
+
 @pytest.mark.parametrize(
     "kw, field",
     [
@@ -187,6 +197,7 @@ def test_same_seed_same_weights_and_local_generator_only():
         ({"heads": ()}, "heads"),
         ({"pos_encoding": "rotary"}, "pos_encoding"),
         ({"d_mlp": -1}, "d_mlp"),
+        ({"init_gain": 0.0}, "init_gain"),
     ],
 )
 def test_bad_config_names_the_field(kw, field):

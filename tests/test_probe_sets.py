@@ -69,3 +69,7 @@ def test_control_compatibility_check():
         check_control_compatible(cfg, {**cfg, "heads": [2]}, spec, spec, "a.h5", "b.h5")
     with pytest.raises(ControlMismatchError, match="'n' expected 100"):
         check_control_compatible(cfg, cfg, spec, {**spec, "n": 50}, "a.h5", "b.h5")
+    # init_gain: a config written before the field existed had the default 1.0
+    check_control_compatible(cfg, {**cfg, "init_gain": 1.0}, spec, spec, "a.h5", "b.h5")
+    with pytest.raises(ControlMismatchError, match=r"'init_gain' expected 1\.0 .*got 0\.5"):
+        check_control_compatible(cfg, {**cfg, "init_gain": 0.5}, spec, spec, "a.h5", "b.h5")

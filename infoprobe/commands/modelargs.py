@@ -81,6 +81,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MODEL.d_readout,
         help="hidden width of the CLS readout MLP (default: %(default)s)",
     )
+    g.add_argument(
+        "--init-gain",
+        type=float,
+        default=DEFAULT_MODEL.init_gain,
+        help="weights start N(0, (gain/sqrt(fan_in))^2); 0.577 matches PyTorch's "
+        "nn.Linear default scale (default: %(default)s)",
+    )
 
 
 def model_config_from_args(args: argparse.Namespace, task) -> ModelConfig:
@@ -103,6 +110,7 @@ def model_config_from_args(args: argparse.Namespace, task) -> ModelConfig:
         d_mlp=args.d_mlp,
         d_readout=args.d_readout,
         d_out=task.d_out,
+        init_gain=args.init_gain,
     )
 
 
