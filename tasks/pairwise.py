@@ -16,18 +16,22 @@ class IntrinsicDim(Task):
     """Intrinsic dimension: F(X) = sum_{i=1..D} max_{s,t} x(s)^T A_i x(t).
 
     x(t) ~ N(0, I_d) i.i.d.; A_1..A_D are fixed random d x d matrices with entries
-    N(0, 1/d), drawn from ``seed``. The max runs over all ordered pairs (s, t),
-    s = t included (our reading of the paper). Scalar target.
+    N(0, 1/d), drawn from ``seed``. The max runs over all ordered pairs (s, t), s = t
+    included (our reading of the paper's max_{s,t}; default); ``distinct=True`` keeps
+    s != t only, so every maximum needs a partner token. Scalar target.
     """
 
     name = "intrinsic-dim"
     T: int = 64
     D: int = 2
     d: int = 4
+    distinct: bool = False
     seed: int = 0
 
     def _validate(self) -> None:
-        self._require_int("T", minimum=1)
+        self._require_bool("distinct")
+        need, why = (2, "a pair needs two distinct tokens") if self.distinct else (1, "")
+        self._require_int("T", minimum=need, why=why)
         self._require_int("D", minimum=1)
         self._require_int("d", minimum=1)
 
@@ -37,9 +41,14 @@ class IntrinsicDim(Task):
         return self._parameter_rng().standard_normal((self.D, self.d, self.d)) / np.sqrt(self.d)
 
     def pair_scores(self, x: np.ndarray) -> np.ndarray:
-        """x(s)^T A_i x(t) for every i, s, t: ``[n, T, d] -> [n, D, T(s), T(t)]``."""
+        """x(s)^T A_i x(t) for every i, s, t: ``[n, T, d] -> [n, D, T(s), T(t)]``;
+        with ``distinct`` the pairs s = t score -inf."""
         xa = np.einsum("nsa,iab->nisb", x, self.matrices)
-        return xa @ np.swapaxes(x, 1, 2)[:, None]
+        scores = xa @ np.swapaxes(x, 1, 2)[:, None]
+        if self.distinct:
+            diagonal = np.arange(self.T)
+            scores[..., diagonal, diagonal] = -np.inf
+        return scores
 
     def _target(self, x: np.ndarray) -> np.ndarray:
         def best_pairs(chunk: np.ndarray) -> np.ndarray:
@@ -55,8 +64,8 @@ class IntrinsicDim(Task):
                 pairwise_chain(
                     label=f"pair-max[A_{i + 1}]",
                     matrix=a,
-                    tuples=self.T * self.T,
-                    exclude_self=False,
+                    tuples=self.T * (self.T - 1) if self.distinct else self.T * self.T,
+                    exclude_self=self.distinct,
                     words=f"x(t)^T A_{i + 1} x(s)",
                 )
                 for i, a in enumerate(self.matrices)

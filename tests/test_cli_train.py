@@ -54,7 +54,7 @@ def test_train_writes_a_checkpoint_that_matches_the_options(tmp_path, capsys):
     ck = load_checkpoint(out)
     assert ck.task.to_dict() == {
         "name": "intrinsic-dim",
-        "params": {"T": 5, "D": 2, "d": 4, "seed": 4},
+        "params": {"T": 5, "D": 2, "d": 4, "distinct": False, "seed": 4},
     }
     assert ck.model_config.heads == (2, 4) and ck.model_config.d_model == 8
     assert ck.meta["train_config"]["steps"] == 30

@@ -140,7 +140,10 @@ def brute_force_intrinsic_dim_sets(task, x):
         layer1 = [set(s) for s in layer0]
         for c, a in enumerate(task.matrices):
             for t in range(T):
-                vals = [float(x[i, t] @ a @ x[i, s]) for s in range(T)]
+                vals = [
+                    -np.inf if task.distinct and s == t else float(x[i, t] @ a @ x[i, s])
+                    for s in range(T)
+                ]
                 partner[c][t] = vals.index(max(vals))
                 layer1[t] |= layer0[partner[c][t]]
         layer2 = [set(s) for s in layer1]
@@ -154,8 +157,9 @@ def brute_force_intrinsic_dim_sets(task, x):
     return out
 
 
-def test_intrinsic_dim_sets_match_brute_force():
-    task = make_task("intrinsic-dim", D=2, T=8, seed=3)
+@pytest.mark.parametrize("distinct", [False, True])
+def test_intrinsic_dim_sets_match_brute_force(distinct):
+    task = make_task("intrinsic-dim", D=2, T=8, seed=3, distinct=distinct)
     p = predict(task, (2, 2))
     x, _ = task.sample(40, np.random.default_rng(0))
     got = p.sets(x)
@@ -164,3 +168,5 @@ def test_intrinsic_dim_sets_match_brute_force():
     assert np.all(got[:-1] <= got[1:])  # sets only grow with l
     assert got[:, :, np.arange(9), np.arange(9)].all()  # every set contains its own token
     assert (got[2, :, 8].sum(axis=1) > 2).any()  # CLS really gathered partners
+    if distinct:  # every data token gained a partner other than itself
+        assert (got[1, :, :8, :8].sum(axis=-1) >= 2).all()

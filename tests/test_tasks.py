@@ -28,7 +28,9 @@ def small_batch(task: Task, n: int = 12) -> np.ndarray:
 def brute_intrinsic_dim(task, sample):
     total = 0.0
     for a in task.matrices:
-        total += max(float(sample[s] @ a @ sample[t]) for s in range(task.T) for t in range(task.T))
+        pairs = itertools.product(range(task.T), repeat=2)
+        kept = [(s, t) for s, t in pairs if s != t or not task.distinct]
+        total += max(float(sample[s] @ a @ sample[t]) for s, t in kept)
     return [total]
 
 
@@ -88,9 +90,14 @@ def test_registry_covers_every_task():
     assert set(TASKS) == set(SMALL) == set(BRUTE)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
-def test_target_matches_brute_force(name):
-    task = make_task(name, **SMALL[name])
+VARIANTS = [(name, {}) for name in sorted(SMALL)] + [
+    ("intrinsic-dim", {"distinct": True}),
+]
+
+
+@pytest.mark.parametrize("name, variant", VARIANTS)
+def test_target_matches_brute_force(name, variant):
+    task = make_task(name, **{**SMALL[name], **variant})
     x = small_batch(task)
     expected = np.array([BRUTE[name](task, sample) for sample in x])
     got = task.target(x)
@@ -185,7 +192,7 @@ def test_needs_positions_flags():
     ("name", "params", "fragment"),
     [
         ("no-such-task", {}, "valid tasks: aggregate-decode, d-retrieval"),
-        ("intrinsic-dim", {"Q": 3}, "valid parameters: T, D, d, seed"),
+        ("intrinsic-dim", {"Q": 3}, "valid parameters: T, D, d, distinct, seed"),
         ("triangle", {"T": 2}, "'T' must be an integer >= 3"),
         ("triangle", {"distinct": "yes"}, "'distinct' must be true or false"),
         ("pairwise-min", {"T": 1}, "'T' must be an integer >= 2"),
