@@ -138,7 +138,8 @@ def check_task_fits(task: Any, cfg: ModelConfig) -> None:
             )
 
 
-def _tensors(task: Any, n: int, rng: np.random.Generator, device: str):
+def sample_tensors(task: Any, n: int, rng: np.random.Generator, device: str):
+    """n samples of ``task`` as tensors on ``device``: x [n, T, d], y [n, d_out]."""
     x, y = task.sample(n, rng)
     return torch.as_tensor(x, device=device), torch.as_tensor(y, device=device)
 
@@ -163,6 +164,53 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def setup_training(
+    task: Any, model_cfg: ModelConfig, cfg: TrainConfig
+) -> tuple[InfoFlowTransformer, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """A fresh model (initialised from ``cfg.seed``, on ``cfg.device``), its AdamW
+    optimiser and its warm-up + cosine schedule."""
+    check_task_fits(task, model_cfg)
+    model = InfoFlowTransformer(model_cfg, seed=cfg.seed).to(cfg.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+    return model, opt, sched
+
+
+def draw_batch(
+    task: Any,
+    cfg: TrainConfig,
+    rng: np.random.Generator,
+    fixed: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One training batch x [b, T, d], y [b, d_out]: fresh samples, or drawn with
+    replacement from the fixed training set ``fixed``."""
+    if fixed is None:
+        return sample_tensors(task, cfg.batch_size, rng, cfg.device)
+    idx = torch.as_tensor(rng.integers(0, len(fixed[0]), cfg.batch_size), device=cfg.device)
+    return fixed[0][idx], fixed[1][idx]
+
+
+def batch_loss(model: InfoFlowTransformer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean squared error in standardised target units (an NMSE estimate), a scalar."""
+    return (((model(x) - y) / model.readout.y_scale) ** 2).mean()
+
+
+def optimiser_step(
+    model: InfoFlowTransformer,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    loss: torch.Tensor,
+    cfg: TrainConfig,
+) -> None:
+    """Backward, clip the global gradient norm to ``cfg.grad_clip``, step, schedule."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    sched.step()
+
+
 def train(
     task: Any,
     model_cfg: ModelConfig,
@@ -177,40 +225,27 @@ def train(
     evaluation, for callers that cannot show a bar (parallel runs).
     Raises :class:`NonFiniteLossError` (with the last good state) if the loss diverges.
     """
-    check_task_fits(task, model_cfg)
     device = cfg.device
-    model = InfoFlowTransformer(model_cfg, seed=cfg.seed).to(device)
+    model, opt, sched = setup_training(task, model_cfg, cfg)
+    val_rng = np.random.default_rng([cfg.seed, VAL_STREAM])
+    x_val, y_val = sample_tensors(task, cfg.n_val, val_rng, device)
     train_rng = np.random.default_rng([cfg.seed, TRAIN_STREAM])
-    x_val, y_val = _tensors(task, cfg.n_val, np.random.default_rng([cfg.seed, VAL_STREAM]), device)
-    fixed = _tensors(task, cfg.n_train, train_rng, device) if cfg.n_train else None
+    fixed = sample_tensors(task, cfg.n_train, train_rng, device) if cfg.n_train else None
     # Standardise targets with the validation set's statistics (held-out, no test peek).
     model.readout.y_mean.copy_(y_val.mean(0))
     model.readout.y_scale.copy_(y_val.std(0).clamp_min(1e-8))
-
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     result = TrainResult(model=model)
     best_state, evals_since_best = copy.deepcopy(model.state_dict()), 0
     start = time.perf_counter()
     bar = tqdm(range(cfg.steps), desc=f"train {task.name}", disable=not progress, mininterval=1.0)
     for step in bar:
-        if fixed is None:
-            xb, yb = _tensors(task, cfg.batch_size, train_rng, device)
-        else:
-            idx = torch.as_tensor(train_rng.integers(0, cfg.n_train, cfg.batch_size), device=device)
-            xb, yb = fixed[0][idx], fixed[1][idx]
-        loss = (((model(xb) - yb) / model.readout.y_scale) ** 2).mean()
+        loss = batch_loss(model, *draw_batch(task, cfg, train_rng, fixed))
         if not torch.isfinite(loss):
             model.load_state_dict(best_state)
             result.stopped = f"non-finite loss at step {step}"
             result.seconds = time.perf_counter() - start
             raise NonFiniteLossError(step, result)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        sched.step()
+        optimiser_step(model, opt, sched, loss, cfg)
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             val, train_loss = evaluate(model, x_val, y_val), loss.item()
             result.history.append(
@@ -237,7 +272,7 @@ def train(
                     break
     model.load_state_dict(best_state)
     model.eval()
-    x_test, y_test = _tensors(
+    x_test, y_test = sample_tensors(
         task, cfg.n_test, np.random.default_rng([cfg.seed, TEST_STREAM]), device
     )
     result.test_nmse = evaluate(model, x_test, y_test)

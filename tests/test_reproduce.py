@@ -71,7 +71,8 @@ def test_every_profile_builds_and_states_its_departures():
         assert set(claim.profiles) == {"quick", "paper"}
         for prof in claim.profiles.values():
             specs = claim.runs(prof)
-            assert len(specs) == len(prof.points) * prof.seeds
+            assert len(specs) == sum(p.seeds or prof.seeds for p in prof.points)
+            assert all((p.seeds or prof.seeds) >= 2 for p in prof.points)  # best over >= 2
             assert len({s.run_id for s in specs}) == len(specs)
             for point in prof.points:
                 task, cfg = point.build_task(), point.model_config()
@@ -104,6 +105,36 @@ def test_run_ids_change_with_any_setting():
     assert point.key == dataclasses.replace(point).key
     assert point.key != point.with_train(steps=7).key
     assert point.key != dataclasses.replace(point, model={**point.model, "d_mlp": 8}).key
+
+
+def test_keys_ignore_later_fields_only_at_their_earlier_value():
+    """A run recorded before init_gain / intrinsic-dim's distinct existed keeps its key."""
+    import hashlib
+
+    point = CLAIMS["intrinsic-dim"].profile("quick").points[0]
+    old_spec = point.spec()
+    del old_spec["model"]["init_gain"], old_spec["task"]["params"]["distinct"]
+    digest = hashlib.sha256(json.dumps(old_spec, sort_keys=True).encode()).hexdigest()
+    assert point.key.endswith(digest[:10])
+    gain = dataclasses.replace(point, model={**point.model, "init_gain": 0.5})
+    distinct = dataclasses.replace(
+        point, task={**point.task, "params": {**point.task["params"], "distinct": True}}
+    )
+    assert len({point.key, gain.key, distinct.key}) == 3
+
+
+def test_point_seeds_override_the_profile_and_cli_seeds_override_both():
+    claim = CLAIMS["intrinsic-dim"]
+    prof = claim.profile("quick")
+    per_point = {}
+    for spec in claim.runs(prof):
+        per_point.setdefault(spec.point.label, []).append(spec.seed)
+    for point in prof.points:
+        expected = point.seeds or prof.seeds
+        assert per_point[point.label] == list(range(expected))
+    assert {len(v) for v in per_point.values()} == {4, 2}  # D=2: 4 seeds, D=3: 2
+    assert len(claim.runs(prof, seeds=1)) == len(prof.points)
+    assert len(claim.runs(prof.override(seeds=3))) == 3 * len(prof.points)
 
 
 def test_plan_workers_never_oversubscribes():

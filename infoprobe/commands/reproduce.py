@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.reproduce import CLAIMS, Reproduction, SweepError, reproduce
+from infoprobe.reproduce import CLAIMS, Reproduction, SweepError, estimate, reproduce
 
 DESCRIPTION = """\
 Re-run the evidence for one of the InfoFlow paper's claims: a sweep of independent
@@ -36,6 +36,7 @@ examples:
   infoprobe reproduce intrinsic-dim                      # quick profile, local processes
   infoprobe reproduce triangle --seeds 3 --out runs/tri
   infoprobe reproduce argmax-probe --profile paper --device cuda
+  infoprobe reproduce intrinsic-dim --profile paper --estimate   # how long? (trains nothing)
   infoprobe reproduce head-count --backend ray           # a local Ray instance
   infoprobe reproduce head-count --backend ray --ray-address ray://head:10001 --threads 2
 
@@ -91,10 +92,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
     p.add_argument("--no-figures", action="store_true", help="skip the PNGs and report.html")
     p.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="time a few steps of each config on this machine and print the projected "
+        "wall time of the sweep (local plan: --workers x --threads); trains nothing",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.estimate:
+        projected = estimate(
+            args.claim,
+            profile=args.profile,
+            seeds=args.seeds,
+            workers=args.workers,
+            threads=args.threads,
+            device=args.device,
+            log=None if args.quiet else lambda line: print(line, flush=True),
+        )
+        print(projected.table())
+        return 0
     try:
         result = _reproduce(args)
     except SweepError as err:

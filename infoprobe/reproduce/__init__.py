@@ -6,6 +6,7 @@ each measurement, figures and a report section.
     print(r.summary())                                        # table + checks
     small = CLAIMS["triangle"].profile("quick").override(train={"steps": 50}, points=[0])
     reproduce("triangle", profile=small, seeds=1, out="tmp/tri")
+    print(estimate("intrinsic-dim", profile="paper").table())   # timed, nothing trained
 
 Claims (``CLAIMS``): intrinsic-dim, triangle, depth-separation, fixed-positions,
 argmax-probe, head-count; each with a ``quick`` (2-core CPU) and a ``paper`` profile.
@@ -22,9 +23,10 @@ from infoprobe.reproduce.grid import (
     ReproduceError,
     RunSpec,
 )
-from infoprobe.reproduce.pipeline import Reproduction, reproduce
+from infoprobe.reproduce.pipeline import Reproduction, estimate, reproduce
 from infoprobe.reproduce.results import format_summary, gather, load_results, write_results
 from infoprobe.reproduce.runs import RunOutcome, RunStore, SweepError, execute_run, run_sweep
+from infoprobe.reproduce.timing import SweepEstimate
 
 __all__ = [
     "CLAIMS",
@@ -41,6 +43,8 @@ __all__ = [
     "RunSpec",
     "RunStore",
     "SweepError",
+    "SweepEstimate",
+    "estimate",
     "execute_run",
     "format_summary",
     "gather",

@@ -72,14 +72,23 @@ def heads_label(heads: Sequence[int]) -> str:
 
 
 # ---- 1. intrinsic dimension ---------------------------------------------------------------
+# D=2 gets 4 seeds in the quick profile (session 2, after its 2-seed run failed the gate):
+# on held-out seeds 100 and 101 and on seeds 0 and 1, half of the (2,2) models were still
+# near 1e-2 after 10k steps, so the best of 2 seeds measured luck more than capability.
+# See docs/reproduction.md, "Architecture and seeds: the session-2 study".
+INTRINSIC_QUICK_D2_SEEDS = 4
 # Paper profile: width E per D, divisible by D and D-1 (our choice; not stated).
 PAPER_INTRINSIC_WIDTHS = ((2, 32), (3, 48), (4, 48), (5, 60), (6, 60))
 
 
 def intrinsic_dim_points(
-    rows: Sequence[tuple[int, int, Mapping[str, Any]]], T: int, d: int = 4
+    rows: Sequence[tuple[int, int, Mapping[str, Any]]],
+    T: int,
+    d: int = 4,
+    seeds: Mapping[int, int] | None = None,
 ) -> tuple[GridPoint, ...]:
-    """For each (D, E, training settings): heads (D,D), (D-1,D) and (D,D-1)."""
+    """For each (D, E, training settings): heads (D,D), (D-1,D) and (D,D-1); ``seeds``
+    maps D to its own seed count (others: the profile's)."""
     points = []
     for D, E, train in rows:
         for series, heads in (("(D,D)", (D, D)), ("(D-1,D)", (D - 1, D)), ("(D,D-1)", (D, D - 1))):
@@ -91,6 +100,7 @@ def intrinsic_dim_points(
                     task=task("intrinsic-dim", T=T, D=D, d=d),
                     model=arch(E, heads),
                     train=train,
+                    seeds=(seeds or {}).get(D),
                 )
             )
     return tuple(points)
@@ -109,16 +119,18 @@ INTRINSIC_DIM = Claim(
             name="quick",
             seeds=QUICK_SEEDS,
             points=intrinsic_dim_points(
-                [(2, 32, QUICK_TRAIN), (3, 48, {**QUICK_TRAIN, "lr": 1e-3})], T=16
+                [(2, 32, QUICK_TRAIN), (3, 48, {**QUICK_TRAIN, "lr": 1e-3})],
+                T=16,
+                seeds={2: INTRINSIC_QUICK_D2_SEEDS},
             ),
             departures=(
                 "T=16 instead of 64",
                 "D in {2, 3} instead of 2..6",
                 f"D=2: {PAPER_LR_NOTE} (at 1e-3 the gap was 3-8x after 10k steps)",
-                "10k steps, 2 seeds",
+                f"10k steps; D=2: {INTRINSIC_QUICK_D2_SEEDS} seeds, D=3: 2 seeds",
                 "E=32 (D=2) and E=48 (D=3): our choice, the paper's width is not stated",
             ),
-            expected_runtime="about 30-35 min on 2 CPU cores (estimate; 12 runs of 10k steps)",
+            expected_runtime="about 35 min on 2 CPU cores (18 runs of 10k steps, measured)",
             checks=(
                 Check(
                     "D=2: (D,D) has >= 10x lower best NMSE than (D-1,D) and (D,D-1)",

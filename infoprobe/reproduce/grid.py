@@ -39,6 +39,8 @@ class GridPoint:
         train: :class:`TrainConfig` fields except ``seed`` and ``device``.
         analyses: analysis name → its parameters, run on the trained model after training
             (see :mod:`infoprobe.reproduce.analyses`).
+        seeds: this point's number of seeds where it differs from its profile's (None:
+            the profile's); ``--seeds`` overrides both.
     """
 
     label: str
@@ -48,6 +50,7 @@ class GridPoint:
     model: Mapping[str, Any]
     train: Mapping[str, Any]
     analyses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    seeds: int | None = None
 
     def build_task(self) -> Task:
         return task_from_dict(self.task)
@@ -80,9 +83,12 @@ class GridPoint:
         """Stable folder-safe name: the label as a slug plus a hash of :meth:`spec`.
 
         Changing any setting changes the key, so a finished run of other settings is
-        never mistaken for this one.
+        never mistaken for this one. Fields added to the model or task after runs were
+        first recorded (:data:`ADDED_FIELDS`) are left out of the hash while they hold the
+        value every earlier run had, so upgrading never orphans finished runs.
         """
-        digest = hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()
+        spec = without_added_defaults(self.spec())
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
         slug = re.sub(r"[^A-Za-z0-9]+", "-", self.label).strip("-").lower()
         return f"{slug}-{digest[:10]}"
 
@@ -93,6 +99,27 @@ class GridPoint:
         return replace(
             self, analyses={name: {**p, **overrides} for name, p in self.analyses.items()}
         )
+
+
+# (part of spec, task name or None for any, field) -> the value runs recorded before the
+# field existed implicitly had.
+ADDED_FIELDS: dict[tuple[str, str | None, str], Any] = {
+    ("model", None, "init_gain"): 1.0,
+    ("task", "intrinsic-dim", "distinct"): False,
+}
+
+
+def without_added_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` (:meth:`GridPoint.spec`) without the :data:`ADDED_FIELDS` that hold their
+    pre-existing value."""
+    out = json.loads(json.dumps(spec))
+    for (part, task_name, name), value in ADDED_FIELDS.items():
+        if task_name is not None and out["task"]["name"] != task_name:
+            continue
+        fields_ = out[part]["params"] if part == "task" else out[part]
+        if name in fields_ and fields_[name] == value:
+            del fields_[name]
+    return out
 
 
 @dataclass(frozen=True)
@@ -135,6 +162,8 @@ class Profile:
         """A smaller (or otherwise changed) copy: training / analysis settings replaced
         in every grid point, only the grid points at indices ``points``, ``seeds`` seeds."""
         chosen = self.points if points is None else tuple(self.points[i] for i in points)
+        if seeds is not None:
+            chosen = tuple(replace(p, seeds=None) for p in chosen)
         if train:
             chosen = tuple(p.with_train(**train) for p in chosen)
         if analyses:
@@ -177,15 +206,15 @@ class Claim:
     def runs(
         self, profile: str | Profile = "quick", seeds: int | None = None, device: str = "cpu"
     ) -> list[RunSpec]:
-        """Every run of a profile: each grid point once per seed 0..seeds-1."""
+        """Every run of a profile: each grid point once per seed 0..n-1, where n is
+        ``seeds`` if given, else the point's own count, else the profile's."""
         prof = self.profile(profile)
-        n = prof.seeds if seeds is None else seeds
-        if n < 1:
-            raise ReproduceError(f"seeds must be >= 1, got {n}")
+        if seeds is not None and seeds < 1:
+            raise ReproduceError(f"seeds must be >= 1, got {seeds}")
         return [
             RunSpec(self.name, prof.name, point, seed, device)
             for point in prof.points
-            for seed in range(n)
+            for seed in range(seeds or point.seeds or prof.seeds)
         ]
 
 
@@ -207,3 +236,13 @@ class RunSpec:
 
     def describe(self) -> str:
         return f"{self.claim} {self.point.label} seed {self.seed}"
+
+
+def describe_runs(specs: Sequence[RunSpec]) -> str:
+    """``"18 runs (6 configs x 2-4 seeds)"``: the size of a sweep in words."""
+    per_point: dict[str, int] = {}
+    for spec in specs:
+        per_point[spec.point.key] = per_point.get(spec.point.key, 0) + 1
+    low, high = min(per_point.values(), default=0), max(per_point.values(), default=0)
+    seeds = str(low) if low == high else f"{low}-{high}"
+    return f"{len(specs)} runs ({len(per_point)} configs x {seeds} seeds)"

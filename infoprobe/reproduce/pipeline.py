@@ -11,19 +11,26 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from infoprobe.atomic import atomic_output
 from infoprobe.report.build import render_png
-from infoprobe.reproduce.backends import LocalBackend, RayBackend, make_backend
+from infoprobe.reproduce.backends import (
+    LocalBackend,
+    RayBackend,
+    available_cores,
+    make_backend,
+    plan_workers,
+)
 from infoprobe.reproduce.claims import get_claim
 from infoprobe.reproduce.figures import claim_figures
-from infoprobe.reproduce.grid import Claim, Profile, ReproduceError, RunSpec
+from infoprobe.reproduce.grid import Claim, Profile, ReproduceError, RunSpec, describe_runs
 from infoprobe.reproduce.report import page_html, section_html
 from infoprobe.reproduce.results import format_summary, gather, write_results
 from infoprobe.reproduce.runs import RunStore, SweepSummary, run_sweep
+from infoprobe.reproduce.timing import SweepEstimate, estimate_sweep
 
 REPORT = "report.html"
 
@@ -66,6 +73,39 @@ def write_outputs(
     return out / REPORT, paths
 
 
+def check_device(device: str) -> None:
+    """Refuse ``cuda`` when torch sees no CUDA device."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ReproduceError("device 'cuda' asked for, but torch sees no CUDA device")
+
+
+def estimate(
+    claim: str | Claim,
+    *,
+    profile: str | Profile = "quick",
+    seeds: int | None = None,
+    workers: int | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
+    log: Callable[[str], None] | None = print,
+) -> SweepEstimate:
+    """Time a few training steps of every grid point on this machine and project the
+    sweep's wall time with the local backend's plan (``workers`` runs at a time with
+    ``threads`` each; default: fit the cores). Trains nothing to completion, writes
+    nothing. See :mod:`infoprobe.reproduce.timing` for what is and is not counted."""
+    claim_obj = get_claim(claim)
+    check_device(device)
+    specs = claim_obj.runs(profile, seeds, device)
+    n_workers, n_threads = plan_workers(
+        len(specs), available_cores(), workers=workers, threads=threads, device=device
+    )
+    specs = [replace(s, threads=n_threads) for s in specs]
+    return estimate_sweep(specs, n_workers, progress=log)
+
+
 def reproduce(
     claim: str | Claim,
     *,
@@ -101,11 +141,7 @@ def reproduce(
     """
     claim_obj = get_claim(claim)
     prof = claim_obj.profile(profile)
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ReproduceError("device 'cuda' asked for, but torch sees no CUDA device")
+    check_device(device)
     runner = (
         make_backend(backend, workers=workers, threads=threads, ray_address=ray_address)
         if isinstance(backend, str)
@@ -121,8 +157,7 @@ def reproduce(
             f"{claim_obj.name} {prof.name} profile departs from the paper: "
             + "; ".join(prof.departures)
         )
-    per_point = len(specs) // max(1, len(prof.points))
-    say(f"{len(specs)} runs ({len(prof.points)} configs x {per_point} seeds) -> {out_dir}")
+    say(f"{describe_runs(specs)} -> {out_dir}")
     error: Exception | None = None
     try:
         sweep = run_sweep(specs, store, runner, log=say)
