@@ -59,7 +59,7 @@ class ProbeSettings:
         block_size: samples per streamed block (None: about 64 MiB of states).
         thresholds: membership thresholds of the observed sets.
         mlp_hidden, mlp_epochs, mlp_patience, mlp_batch_size, mlp_lr: MLP / query probe
-            budget (the same for every probe; see ``infoprobe.probes.mlp``).
+            budget (the same for every probe; see ``infoprobe.probes.batched_training``).
         device: torch device.
     """
 

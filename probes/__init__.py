@@ -16,6 +16,7 @@ Decodable is not the same as used: a probe shows what can be read from a state, 
 the network reads from it.
 """
 
+from .batched_training import TrainingBudget
 from .controls import check_control_compatible, conditional_baseline, selectivity, shuffled_pairing
 from .errors import (
     ControlMismatchError,
@@ -29,7 +30,7 @@ from .errors import (
 from .estimators import MLPProbe, RidgeProbe
 from .linear import LinearProbeScores, ProbeTargets, fit_linear_probes
 from .metrics import identification_hits, per_sample_error, pooled_r2
-from .mlp import MLPProbeFit, TrainingBudget, fit_mlp_probes
+from .mlp import MLPProbeFit, fit_mlp_probes
 from .observed import (
     DEFAULT_MARGIN,
     DEFAULT_TAU,

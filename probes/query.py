@@ -10,9 +10,11 @@ where ``q_c(s)`` is the first layer applied to a code of s: with
 on ``[h; e_s]``), with ``query="learned"`` it is ``W_q,c · emb_c(s)`` for a
 learned embedding of size ``embed_dim`` (the MLP on ``[h; emb(s)]``). The probe
 is trained over all s jointly (every sample contributes all S queries), all
-cells at once with grouped weights, with the training machinery, budget,
-seeding and standardisation of :mod:`infoprobe.probes.mlp` (early stopping per
-cell, on the validation loss averaged over s).
+cells at once with grouped weights, with the training machinery, budget and
+seeding of :mod:`infoprobe.probes.batched_training` (early stopping per cell, on
+the validation loss averaged over s), the standardisation and chunking of
+:mod:`infoprobe.probes.chunked_fit`, and the GELU readout of
+:mod:`infoprobe.probes.mlp`.
 
 Because one probe serves every position, it can only reconstruct ``x(s)`` well
 in the samples whose state actually carries ``x(s)`` (and enough of a code of
@@ -38,24 +40,28 @@ from typing import Literal
 import numpy as np
 import torch
 
-from infoprobe.probes.errors import ProbeInputError
-from infoprobe.probes.metrics import per_sample_error
-from infoprobe.probes.mlp import (
-    DEFAULT_MAX_MEMORY_BYTES,
-    ArrayLike,
+from infoprobe.probes.batched_training import (
     BatchedProbes,
-    ChunkedFit,
-    GeluReadout,
-    ModuleFactory,
     OptimizerName,
     TrainingBudget,
+    init_params,
+)
+from infoprobe.probes.chunked_fit import (
+    DEFAULT_MAX_MEMORY_BYTES,
+    ChunkedFit,
+    ModuleFactory,
+    fit_chunked,
+    held_out_metrics,
+    predict_chunked,
+)
+from infoprobe.probes.errors import ProbeInputError
+from infoprobe.probes.metrics import per_sample_error
+from infoprobe.probes.mlp import GeluReadout
+from infoprobe.probes.validate import (
+    ArrayLike,
     check_positive_int,
     check_probe_arrays,
     check_splits,
-    fit_chunked,
-    held_out_metrics,
-    init_params,
-    predict_chunked,
     to_numpy,
 )
 

@@ -1,0 +1,287 @@
+"""Training one group of batched probes in memory: shared budget, per-probe early stopping.
+
+A *cell* c is one state we read from (for example one ``(layer, token)`` pair,
+``h(t, l)``); a *target* s is one thing we try to decode (for example ``x(s)``
+of one data position). A :class:`BatchedProbes` module holds many small probes
+whose parameters share the leading axes ``probe_shape`` (``[c, S]`` for one
+probe per (cell, target), ``[c]`` for one per cell); it maps standardised
+states ``x [c, b, E]`` to predictions ``[c, S, k, b]`` and is trained against
+standardised targets ``y [b, S, k]`` with einsum/bmm, so one optimiser step
+updates every probe.
+
+Every probe gets the same :class:`TrainingBudget`: epochs, optimiser, learning
+rate, weight decay, batch size, minibatch order and patience. The loss is the
+*sum* of the per-probe mean squared errors, so each probe's gradient is exactly
+the one it would get if trained alone; Adam/AdamW keep per-element state, so
+batched training equals per-probe training with the same initial weights and
+the same minibatch order (up to float summation order). Early stopping is per
+probe: each probe keeps its own best-validation-epoch weights and stops
+improving its record after ``patience`` epochs without improvement; training
+ends when no probe is still active or after ``epochs`` epochs.
+
+Conventions fixed here (shared by every batched probe, e.g.
+:mod:`infoprobe.probes.mlp` and :mod:`infoprobe.probes.query`):
+
+- Initial weights of cell c are drawn from a generator seeded with
+  ``numpy.random.SeedSequence([seed, c])`` (PyTorch's ``nn.Linear`` default
+  distribution, ``U(±1/sqrt(fan_in))``), so a cell's probes do not depend on
+  how the cells are chunked.
+- Epoch e visits the training samples in the order of the e-th
+  ``torch.randperm(n_train, generator=torch.Generator().manual_seed(seed))``
+  draw, split into consecutive minibatches of ``batch_size`` (the last one may
+  be smaller). The same order is used for every probe.
+
+Standardisation and memory-bounded chunking over all cells live in
+:mod:`infoprobe.probes.chunked_fit`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import einops
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from infoprobe.probes.errors import ProbeInputError
+
+__all__ = [
+    "BatchedProbes",
+    "EarlyStopping",
+    "TrainingBudget",
+    "init_params",
+    "minibatch_permutations",
+    "predict_standardised",
+    "train_with_early_stopping",
+]
+
+OptimizerName = Literal["adam", "adamw"]
+
+
+# --------------------------------------------------------------------------- budget
+
+
+@dataclass(frozen=True)
+class TrainingBudget:
+    """The identical training budget every probe gets.
+
+    ``epochs``: maximum passes over the training split. ``batch_size``:
+    samples per optimiser step. ``lr``/``weight_decay``: optimiser settings
+    (``weight_decay`` is L2 for Adam, decoupled for AdamW). ``patience``:
+    epochs without a validation improvement before a probe stops updating its
+    best weights. ``seed``: initial weights and minibatch order.
+    """
+
+    epochs: int = 100
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    optimizer: OptimizerName = "adam"
+    patience: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "patience"):
+            value = getattr(self, name)
+            if not isinstance(value, int | np.integer) or value < 1:
+                raise ProbeInputError(f"training budget: {name} must be an int >= 1, got {value!r}")
+        if not self.lr > 0:
+            raise ProbeInputError(f"training budget: lr must be > 0, got {self.lr!r}")
+        if not self.weight_decay >= 0:
+            raise ProbeInputError(
+                f"training budget: weight_decay must be >= 0, got {self.weight_decay!r}"
+            )
+        if self.optimizer not in ("adam", "adamw"):
+            raise ProbeInputError(
+                f"training budget: optimizer must be 'adam' or 'adamw', got {self.optimizer!r}"
+            )
+
+    def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        """The optimiser over ``params`` (Adam or AdamW with this budget's settings)."""
+        cls = torch.optim.Adam if self.optimizer == "adam" else torch.optim.AdamW
+        # fused: one kernel for every parameter's update (about 5x faster steps on CPU)
+        return cls(params, lr=self.lr, weight_decay=self.weight_decay, fused=True)
+
+
+def minibatch_permutations(n_train: int, seed: int) -> Iterator[torch.Tensor]:
+    """Yield one training-order permutation ``[n_train]`` (int64) per epoch.
+
+    The e-th permutation is the e-th ``torch.randperm`` draw from a CPU
+    generator seeded with ``seed``; every probe (and every chunk of cells)
+    sees the same order.
+    """
+    generator = torch.Generator().manual_seed(int(seed))
+    while True:
+        yield torch.randperm(n_train, generator=generator)
+
+
+def cell_generator(seed: int, cell: int) -> torch.Generator:
+    """The CPU generator that draws the initial weights of cell ``cell``."""
+    state = np.random.SeedSequence([int(seed), int(cell)]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state) & (2**63 - 1))
+
+
+def initial_values(
+    shape: tuple[int, ...], fan_in: int | None, generator: torch.Generator
+) -> torch.Tensor:
+    """``U(±1/sqrt(fan_in))`` of ``shape`` (``nn.Linear``'s default), or ``N(0, 1)``
+    (``nn.Embedding``'s default) when ``fan_in`` is None; float64."""
+    if fan_in is None:
+        return torch.randn(shape, generator=generator, dtype=torch.float64)
+    bound = 1.0 / math.sqrt(fan_in)
+    return (torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+
+
+# --------------------------------------------------------------------------- modules
+
+
+class BatchedProbes(nn.Module):
+    """A group of probes whose parameters all have the leading axes ``probe_shape``.
+
+    Subclasses implement ``forward(x [c, b, E]) -> [c, S, k, b]`` (samples
+    last: with weights in ``nn.Linear``'s ``[out, in]`` orientation each layer
+    is one batched matmul ``W @ h``) and set ``loss_dims``: the axes of the
+    squared error ``[c, S, k, b]`` averaged into one loss per probe (so that
+    ``per_probe_loss`` has shape ``probe_shape``).
+    """
+
+    loss_dims: tuple[int, ...] = (2, 3)
+    probe_shape: tuple[int, ...]
+
+    def per_probe_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean squared error per probe, shape ``probe_shape``; ``y`` is ``[b, S, k]``."""
+        return ((self(x) - y.permute(1, 2, 0)) ** 2).mean(dim=self.loss_dims)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Parameters as float32 numpy arrays (leading axes ``probe_shape``)."""
+        return {
+            name: p.detach().to("cpu", torch.float32).numpy().copy()
+            for name, p in self.named_parameters()
+        }
+
+
+def init_params(
+    module: nn.Module,
+    cells: range,
+    shapes: dict[str, tuple[int, ...]],
+    fan_in: dict[str, int | None],
+    seed: int,
+    arrays: dict[str, np.ndarray] | None,
+) -> None:
+    """Register parameters ``[len(cells), *shape]`` on ``module``.
+
+    From ``arrays`` (already sliced to ``cells``) when given, else drawn cell by
+    cell from :func:`cell_generator` in the order of ``shapes``.
+    """
+    if arrays is not None:
+        for name in shapes:
+            module.register_parameter(
+                name, nn.Parameter(torch.as_tensor(np.asarray(arrays[name], dtype=np.float32)))
+            )
+        return
+    per_cell: dict[str, list[torch.Tensor]] = {name: [] for name in shapes}
+    for cell in cells:
+        generator = cell_generator(seed, cell)
+        for name, shape in shapes.items():
+            per_cell[name].append(initial_values(shape, fan_in[name], generator))
+    for name, tensors in per_cell.items():
+        module.register_parameter(
+            name, nn.Parameter(torch.stack(tensors).to(torch.float32).contiguous())
+        )
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass
+class EarlyStopping:
+    """Per-probe early-stopping record after training (tensors of ``probe_shape``)."""
+
+    best_val_loss: torch.Tensor
+    best_epoch: torch.Tensor
+    epochs_run: int
+
+
+def batched_loss(
+    module: BatchedProbes, x: torch.Tensor, y: torch.Tensor, batch_size: int
+) -> torch.Tensor:
+    """Per-probe mean squared error over all samples of ``x [c, n, E]``, ``y [n, S, k]``."""
+    total = torch.zeros(module.probe_shape, dtype=torch.float64, device=x.device)
+    n = x.shape[1]
+    with torch.no_grad():
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            loss = module.per_probe_loss(x[:, start:stop], y[start:stop])
+            total += loss.to(torch.float64) * (stop - start)
+    return total / n
+
+
+def train_with_early_stopping(
+    module: BatchedProbes,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    x_val: torch.Tensor,
+    y_val: torch.Tensor,
+    budget: TrainingBudget,
+    *,
+    eval_batch: int,
+    progress: bool = True,
+    desc: str = "probes",
+) -> EarlyStopping:
+    """Train every probe of ``module`` with the same budget; load per-probe best weights.
+
+    ``x_* [c, n, E]`` and ``y_* [n, S, k]`` are standardised tensors on the
+    module's device. The summed per-probe loss is minimised; after each epoch
+    the validation loss of every probe is measured and a probe that improved
+    (strictly) while still active stores its weights. A probe becomes
+    inactive after ``budget.patience`` epochs without improvement. On return
+    the module holds each probe's best weights.
+    """
+    params = list(module.parameters())
+    optimizer = budget.make_optimizer(params)
+    best = [p.detach().clone() for p in params]
+    shape = module.probe_shape
+    device = x_train.device
+    best_loss = torch.full(shape, math.inf, dtype=torch.float64, device=device)
+    best_epoch = torch.full(shape, -1, dtype=torch.int64, device=device)
+    active = torch.ones(shape, dtype=torch.bool, device=device)
+    n_train = x_train.shape[1]
+    orders = minibatch_permutations(n_train, budget.seed)
+    bar = tqdm(range(budget.epochs), desc=desc, disable=not progress, leave=False)
+    epochs_run = 0
+    for epoch in bar:
+        order = next(orders).to(device)
+        for start in range(0, n_train, budget.batch_size):
+            idx = order[start : start + budget.batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            module.per_probe_loss(x_train[:, idx], y_train[idx]).sum().backward()
+            optimizer.step()
+        epochs_run = epoch + 1
+        val_loss = batched_loss(module, x_val, y_val, eval_batch)
+        improved = active & (val_loss < best_loss)
+        best_loss = torch.where(improved, val_loss, best_loss)
+        best_epoch = torch.where(improved, epoch, best_epoch)
+        with torch.no_grad():
+            for p, b in zip(params, best, strict=True):
+                b[improved] = p.detach()[improved]
+        active &= epoch - best_epoch < budget.patience
+        bar.set_postfix(active=int(active.sum()), best_val=float(best_loss.mean()))
+        if not active.any():
+            break
+    with torch.no_grad():
+        for p, b in zip(params, best, strict=True):
+            p.copy_(b)
+    return EarlyStopping(best_loss, best_epoch, epochs_run)
+
+
+def predict_standardised(module: BatchedProbes, x: torch.Tensor, batch_size: int) -> np.ndarray:
+    """Module predictions ``[n, c, S, k]`` (numpy) for ``x [c, n, E]``, computed in batches."""
+    with torch.no_grad():
+        parts = [module(x[:, s : s + batch_size]) for s in range(0, x.shape[1], batch_size)]
+        pred = torch.cat(parts, dim=3) if parts else module(x)
+    return einops.rearrange(pred.cpu().numpy(), "c s k n -> n c s k")
