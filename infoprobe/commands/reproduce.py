@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from infoprobe.reproduce import CLAIMS, Reproduction, SweepError, estimate, reproduce
+from infoprobe.reproduce import CLAIMS, SweepError, estimate, reproduce
 
 DESCRIPTION = """\
 Re-run the evidence for one of the InfoFlow paper's claims: a sweep of independent
@@ -103,19 +104,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.estimate:
-        projected = estimate(
-            args.claim,
-            profile=args.profile,
-            seeds=args.seeds,
-            workers=args.workers,
-            threads=args.threads,
-            device=args.device,
-            log=None if args.quiet else lambda line: print(line, flush=True),
-        )
-        print(projected.table())
+        print(estimate(args.claim, **_sweep_options(args)).table())
         return 0
     try:
-        result = _reproduce(args)
+        result = reproduce(
+            args.claim,
+            **_sweep_options(args),
+            backend=args.backend,
+            ray_address=args.ray_address,
+            out=args.out,
+            figures=not args.no_figures,
+        )
     except SweepError as err:
         print(f"infoprobe reproduce: {err}")
         return 1
@@ -129,17 +128,13 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _reproduce(args: argparse.Namespace) -> Reproduction:
-    return reproduce(
-        args.claim,
-        profile=args.profile,
-        seeds=args.seeds,
-        backend=args.backend,
-        ray_address=args.ray_address,
-        workers=args.workers,
-        threads=args.threads,
-        out=args.out,
-        device=args.device,
-        figures=not args.no_figures,
-        log=None if args.quiet else lambda line: print(line, flush=True),
-    )
+def _sweep_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options a sweep and its estimate share."""
+    return {
+        "profile": args.profile,
+        "seeds": args.seeds,
+        "workers": args.workers,
+        "threads": args.threads,
+        "device": args.device,
+        "log": None if args.quiet else lambda line: print(line, flush=True),
+    }
