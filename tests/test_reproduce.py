@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -341,3 +343,22 @@ def test_train_config_fields_are_all_known():
         for prof in claim.profiles.values():
             for point in prof.points:
                 assert set(point.train) <= known - {"seed", "device"}
+
+
+def test_unguarded_script_gets_a_hint_not_a_bare_broken_pool(tmp_path):
+    """Worker processes import the caller's main module: an unguarded reproduce() call in
+    a script kills them; the error must say how to fix it."""
+    script = tmp_path / "sweep.py"
+    script.write_text(
+        "from infoprobe.reproduce import CLAIMS, LocalBackend, reproduce\n"
+        f"prof = CLAIMS['triangle'].profile('quick').override(train={TINY!r}, points=[0, 1])\n"
+        f"reproduce('triangle', profile=prof, seeds=1, out={str(tmp_path / 'out')!r},\n"
+        "          backend=LocalBackend(workers=2, threads=1), figures=False, log=None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    raised = [line for line in done.stderr.splitlines() if line.startswith("infoprobe.")]
+    assert raised and raised[-1].startswith("infoprobe.reproduce.backends.BackendError")
+    assert '__name__ == "__main__"' in raised[-1]

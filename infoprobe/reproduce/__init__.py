@@ -1,12 +1,14 @@
 """Reproduce the paper's six claims: sweeps of training runs, InfoFlow's prediction beside
 each measurement, figures and a report section.
 
-    from infoprobe.reproduce import reproduce, CLAIMS
-    r = reproduce("intrinsic-dim", profile="quick")          # resumable, run by run
-    print(r.summary())                                        # table + checks
-    small = CLAIMS["triangle"].profile("quick").override(train={"steps": 50}, points=[0])
-    reproduce("triangle", profile=small, seeds=1, out="tmp/tri")
-    print(estimate("intrinsic-dim", profile="paper").table())   # timed, nothing trained
+    from infoprobe.reproduce import CLAIMS, estimate, reproduce
+
+    if __name__ == "__main__":  # worker processes import the calling script
+        print(estimate("intrinsic-dim", profile="paper").table())  # timed, nothing trained
+        r = reproduce("intrinsic-dim", profile="quick")  # resumable, run by run
+        print(r.summary())  # table + checks
+        small = CLAIMS["triangle"].profile("quick").override(train={"steps": 50}, points=[0])
+        reproduce("triangle", profile=small, seeds=1, out="tmp/tri")
 
 Claims (``CLAIMS``): intrinsic-dim, triangle, depth-separation, fixed-positions,
 argmax-probe, head-count; each with a ``quick`` (2-core CPU) and a ``paper`` profile.

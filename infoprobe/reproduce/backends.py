@@ -19,6 +19,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,7 +35,17 @@ BACKENDS = ("local", "ray")
 
 
 class BackendError(ReproduceError):
-    """A backend that cannot start (Ray missing, bad worker counts, no CUDA)."""
+    """A backend that cannot start (Ray missing, bad worker counts, no CUDA) or whose
+    worker processes died."""
+
+
+BROKEN_POOL_HINT = (
+    "a worker process of the local pool died before finishing its run. If you called "
+    'reproduce() from a script, put the call under `if __name__ == "__main__":` '
+    "(worker processes import your main module, and an unguarded call starts the sweep "
+    "again inside each of them); otherwise a worker may have run out of memory (try fewer "
+    "--workers). Finished runs are kept: run the same command again to resume."
+)
 
 
 def available_cores() -> int:
@@ -112,9 +123,22 @@ class LocalBackend:
                 else:
                     on_done(spec, outcome)
             return
-        context = pool_context()
+        try:
+            self._execute_in_pool(runs, workers, threads, on_start, on_done, on_error)
+        except BrokenProcessPool as err:
+            raise BackendError(BROKEN_POOL_HINT) from err
+
+    @staticmethod
+    def _execute_in_pool(
+        runs: Sequence[RunSpec],
+        workers: int,
+        threads: int,
+        on_start: OnStart,
+        on_done: OnDone,
+        on_error: OnError,
+    ) -> None:
         with ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_init_worker, initargs=(threads,)
+            workers, mp_context=pool_context(), initializer=_init_worker, initargs=(threads,)
         ) as pool:
             queue = list(reversed(runs))
             running: dict[Future, RunSpec] = {}
@@ -127,6 +151,8 @@ class LocalBackend:
                 for future in finished:
                     spec = running.pop(future)
                     err = future.exception()
+                    if isinstance(err, BrokenProcessPool):
+                        raise err
                     if err is not None:
                         on_error(spec, err)
                     else:
