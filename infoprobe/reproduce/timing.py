@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from infoprobe.reproduce.grid import GridPoint, RunSpec, describe_runs
 from infoprobe.reproduce.runs import torch_threads
@@ -70,6 +71,8 @@ def time_point(
         for i in range(WARMUP_STEPS + steps):
             start = time.perf_counter()
             optimiser_step(model, opt, sched, batch_loss(model, *draw_batch(task, cfg, rng)), cfg)
+            if device.startswith("cuda"):  # kernels run asynchronously: wait for the step
+                torch.cuda.synchronize()
             if i >= WARMUP_STEPS:
                 durations.append(time.perf_counter() - start)
         start = time.perf_counter()
