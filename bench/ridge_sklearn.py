@@ -1,4 +1,4 @@
-"""All-probes ridge vs a per-probe loop of sklearn ``Ridge(alpha)`` (issue 5, gate >= 20x).
+"""All-probes ridge vs a per-probe loop of sklearn ``Ridge(alpha)`` (target: >= 20x faster).
 
 The baseline fits ``Ridge(alpha).fit`` + ``predict`` + ``r2_score`` per (layer, token,
 position) probe on the same train/test rows; it is timed on >= 100 probes and

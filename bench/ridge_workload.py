@@ -1,9 +1,9 @@
 """Shared workload and measurement helpers of the ridge benchmarks (bench/ridge_*.py).
 
-Workload (issue 5): N = 20 000 samples, L = 2 layer sites, T = 32 tokens (+ CLS), E = 256,
-d = 4. Each cell (layer, token) holds a random linear mixture of the inputs plus noise, so
-R² spans 0 … 1 across probes. States live in memory as float32 ``[N, C, E]``; the probes
-stream them in blocks like a cache read.
+Workload (the size the probe benchmarks are judged at): N = 20 000 samples, L = 2 layer
+sites, T = 32 tokens (+ CLS), E = 256, d = 4. Each cell (layer, token) holds a random
+linear mixture of the inputs plus noise, so R² spans 0 … 1 across probes. States live in
+memory as float32 ``[N, C, E]``; the probes stream them in blocks like a cache read.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Architecture selection for the intrinsic-dim claim, on the capable model only.
 
-Why: in session 1 the intrinsic-dim quick profile's (2,2) models reached a best
-validation NMSE of 2.2e-3, where the issue's plain prototype reached 5.5e-4 and 8.0e-4,
-while our one-head-short models matched the prototype's (1.3e-2 to 2.7e-2). So the
-question is what limits the precision of the *capable* model, not the comparison.
+Why: in the first run of the intrinsic-dim quick profile the (2,2) models reached a best
+validation NMSE of 2.2e-3, where an earlier minimal implementation of the same model
+(written before this package, not part of it) reached 5.5e-4 and 8.0e-4, while our
+one-head-short models matched that implementation's (1.3e-2 to 2.7e-2). So the question
+is what limits the precision of the *capable* model, not the comparison. The outcome is
+in docs/model.md ("the architecture selection study").
 
 The rule, fixed before any of these runs (and never looking at a one-head-short model):
 

@@ -28,7 +28,15 @@ from infoprobe.hooks.errors import (
     TruncatedCacheError,
     UnknownSiteError,
 )
-from infoprobe.hooks.schema import FORMAT, SCHEMA_VERSION, X_PATH, Y_PATH, acts_path
+from infoprobe.hooks.schema import (
+    FORMAT,
+    JSON_ATTRS,
+    SCHEMA_VERSION,
+    STORAGE_DTYPES,
+    X_PATH,
+    Y_PATH,
+    acts_path,
+)
 
 REQUIRED_ATTRS = (
     "schema_version",
@@ -49,6 +57,44 @@ BLOCK_TARGET_BYTES = 64 << 20
 """Default bytes per block of :meth:`CacheFile.iter_blocks` (all requested datasets)."""
 READ_CACHE_BYTES = 4 << 20
 """HDF5 raw-data chunk cache per dataset when reading (chunks are at most 1 MiB)."""
+
+
+def _block_range(n_blocks: int) -> str:
+    return f"blocks 0..{n_blocks - 1} (-{n_blocks}..-1 counting from the end)"
+
+
+def check_block_index(key: Any, n_blocks: int, where: str) -> None:
+    """Refuse a TransformerLens shorthand ``(name, block, ...)`` whose block index is out
+    of range, naming the blocks that exist (TransformerLens would build a name like
+    ``blocks.-3.hook_resid_post`` and fail with a bare KeyError)."""
+    if not isinstance(key, tuple) or len(key) < 2:
+        return
+    block = key[1]
+    if isinstance(block, int | np.integer) and not -n_blocks <= block < n_blocks:
+        raise UnknownSiteError(
+            f"{where}: block {int(block)} of {key[0]!r} is out of range; it has "
+            f"{_block_range(n_blocks)}"
+        )
+
+
+class CheckedActivationCache(ActivationCache):
+    """A ``transformer_lens.ActivationCache`` whose shorthand keys check their block index
+    (``cache["resid_post", -5]`` on a 2-block model names the blocks that exist)."""
+
+    def __getitem__(self, key: Any) -> torch.Tensor:
+        check_block_index(key, self.model.cfg.n_layers, "ActivationCache")
+        return super().__getitem__(key)
+
+
+def alias_resid_pre(cache: dict[str, torch.Tensor], n_blocks: int) -> dict[str, torch.Tensor]:
+    """Add ``blocks.k.hook_resid_pre`` (k >= 1) where only ``blocks.{k-1}.hook_resid_post``
+    is present: the same tensor object under both names (they are the same activation),
+    so ``cache["resid_pre", k]`` and ``accumulated_resid()`` work without a copy."""
+    for k in range(1, n_blocks):
+        pre, post = f"blocks.{k}.hook_resid_pre", f"blocks.{k - 1}.hook_resid_post"
+        if pre not in cache and post in cache:
+            cache[pre] = cache[post]
+    return cache
 
 
 def _plain(value: Any) -> Any:
@@ -102,6 +148,7 @@ def validate_header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[st
     if missing:
         raise TruncatedCacheError(f"{path}: root attribute(s) {missing} missing")
     header = {key: _plain(value) for key, value in f.attrs.items()}
+    check_attributes(header, path)
     n = header["n"]
     for name in (X_PATH, Y_PATH, *(acts_path(h) for h in header["hook_names"])):
         length = f[name].shape[0] if isinstance(f.get(name), h5py.Dataset) else None
@@ -115,6 +162,55 @@ def validate_header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[st
             f"(the writer was interrupted); re-run the same command to resume it"
         )
     return header
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_attributes(header: dict[str, Any], path: Path) -> None:
+    """Refuse root attributes of the wrong type or range (a damaged or edited file).
+
+    Raises :class:`TruncatedCacheError` naming the file, the attribute, what was
+    expected and what was found.
+    """
+
+    def bad(key: str, expected: str) -> TruncatedCacheError:
+        value = header[key]
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        return TruncatedCacheError(
+            f"{path}: root attribute {key!r} is {shown}, expected {expected} "
+            "(the file is damaged or was edited)"
+        )
+
+    for key, low in (("n", 1), ("batch_size", 1), ("n_blocks", 0)):
+        if not _is_int(header[key]) or header[key] < low:
+            raise bad(key, f"an integer >= {low}")
+    n = header["n"]
+    if not _is_int(header["n_committed"]) or not 0 <= header["n_committed"] <= n:
+        raise bad("n_committed", f"an integer in 0..{n} (the attribute 'n')")
+    if header["dtype"] not in STORAGE_DTYPES:
+        raise bad("dtype", f"one of {STORAGE_DTYPES}")
+    names = header["hook_names"]
+    if not isinstance(names, list) or not all(isinstance(h, str) for h in names):
+        raise bad("hook_names", "a list of hook names")
+    if not isinstance(header["checkpoint_sha256"], str):
+        raise bad("checkpoint_sha256", "a string")
+    for key in JSON_ATTRS:
+        try:
+            value = json.loads(header[key])
+        except (TypeError, ValueError) as err:
+            raise bad(key, f"valid JSON ({err})") from None
+        if not isinstance(value, dict):
+            raise bad(key, "a JSON object")
+    heads = json.loads(header["model_config_json"]).get("heads")
+    if isinstance(heads, list) and heads and len(heads) != header["n_blocks"]:
+        raise bad("n_blocks", f"{len(heads)}, the layers of attribute 'model_config_json'")
+    for name in names:
+        parts = name.split(".")
+        if parts[0] == "blocks" and len(parts) > 1 and parts[1].isdigit():
+            if int(parts[1]) >= header["n_blocks"]:
+                raise bad("n_blocks", f"more than the block of hook name {name!r}")
 
 
 def read_header(path: str | os.PathLike, *, allow_incomplete: bool = False) -> dict[str, Any]:
@@ -216,6 +312,7 @@ class CacheFile:
         """Hook name for a full name or TransformerLens shorthand (``("resid_post", -1)``)."""
         if isinstance(key, str):
             return key if key in self.header["hook_names"] else get_act_name(key)
+        check_block_index(key, self.n_blocks, str(self.path))
         name, layer, *rest = key
         if layer is not None and layer < 0:
             layer += self.n_blocks
@@ -226,7 +323,12 @@ class CacheFile:
         return self.acts(self.resolve(key))
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str | tuple) and self.resolve(key) in self.header["hook_names"]
+        if not isinstance(key, str | tuple):
+            return False
+        try:
+            return self.resolve(key) in self.header["hook_names"]
+        except UnknownSiteError:
+            return False
 
     def datasets(self) -> list[tuple[str, h5py.Dataset]]:
         """(HDF5 path, dataset) of x, y and every site, in file order."""
@@ -285,7 +387,13 @@ class CacheFile:
         samples: slice | range = slice(None),
         names: Sequence[str] | None = None,
     ) -> ActivationCache:
-        """A ``transformer_lens.ActivationCache`` of ``samples`` (float32 tensors)."""
+        """A ``transformer_lens.ActivationCache`` of ``samples`` (float32 tensors).
+
+        ``blocks.k.hook_resid_pre`` (k >= 1), which the cache does not store because it is
+        ``blocks.{k-1}.hook_resid_post``, is served from that dataset (one tensor under
+        both names), so ``cache["resid_pre", 1]`` and ``accumulated_resid()`` work.
+        Block indices out of range raise :class:`UnknownSiteError` naming the blocks.
+        """
         names = self.hook_names if names is None else list(names)
         rows = (
             slice(*samples.indices(self.n))
@@ -296,7 +404,7 @@ class CacheFile:
             name: torch.from_numpy(np.asarray(self.acts(name)[rows], dtype=np.float32))
             for name in names
         }
-        return ActivationCache(cache, model)
+        return CheckedActivationCache(alias_resid_pre(cache, self.n_blocks), model)
 
     # --- lifetime -------------------------------------------------------------------
     def close(self) -> None:

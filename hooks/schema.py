@@ -27,6 +27,9 @@ CHUNK_TARGET_BYTES = 1 << 20
 CHUNK_MIN_BYTES = 64 << 10
 """Smallest chunk accepted when aligning chunks to the write batch."""
 
+JSON_ATTRS = ("model_config_json", "data_spec_json", "provenance_json")
+"""Root attributes holding a JSON object (canonical JSON, see :func:`canonical_json`)."""
+
 IDENTITY_ATTRS = ("schema_version", "n", "batch_size", "dtype", "hook_names", "provenance_json")
 """Root attributes a resumed run must match exactly."""
 

@@ -28,6 +28,7 @@ FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
 REQUIRED_FIELDS = ("format", "format_version", "model_config", "weights_sha256")
+HEX = frozenset("0123456789abcdef")
 NO_TASK_HINT = (
     "this checkpoint does not say which task it was trained on; pass --task NAME and its "
     "parameters (Python: task=make_task(...))"
@@ -143,12 +144,39 @@ def read_checkpoint_meta(path: str | Path, *, require_task: bool = True) -> dict
         raise CheckpointError(
             f"{meta_path}: field 'format' is {meta['format']!r}, expected {FORMAT!r}"
         )
+    _check_meta_types(meta, meta_path)
     if meta["format_version"] > FORMAT_VERSION:
         raise CheckpointError(
             f"{meta_path}: format_version {meta['format_version']} is newer than this "
             f"infoprobe ({FORMAT_VERSION}); upgrade infoprobe"
         )
     return meta
+
+
+def _check_meta_types(meta: dict, meta_path: Path) -> None:
+    """Refuse fields of ``checkpoint.json`` with the wrong JSON type, naming the field."""
+
+    def bad(name: str, expected: str) -> CheckpointError:
+        value = meta[name]
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        return CheckpointError(
+            f"{meta_path}: field {name!r} is {shown} ({type(value).__name__}), expected {expected}"
+        )
+
+    version = meta["format_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise bad("format_version", f"an integer >= 1 (this infoprobe writes {FORMAT_VERSION})")
+    sha = meta["weights_sha256"]
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in HEX for c in sha.lower())):
+        raise bad("weights_sha256", "64 hex digits (the SHA-256 of the weights file)")
+    for name in ("model_config", "task", "train_config", "metrics", "versions"):
+        if name in meta and not isinstance(meta[name], dict):
+            raise bad(name, "a JSON object")
+    history = meta.get("history", [])
+    if not isinstance(history, list):
+        raise bad("history", "a list of evaluation records")
+    if not all(isinstance(h, dict) for h in history):
+        raise bad("history", "a list of objects (one per evaluation)")
 
 
 def load_checkpoint(
@@ -178,12 +206,51 @@ def load_checkpoint(
             f"{weights}: SHA-256 {actual[:12]}… does not match checkpoint.json field "
             f"'weights_sha256' {meta['weights_sha256'][:12]}… (truncated or replaced file)"
         )
-    cfg = ModelConfig.from_dict(meta["model_config"])
+    cfg = _model_config(meta, path / META)
     model = InfoFlowTransformer(cfg)
-    model.load_state_dict(load_file(str(weights)))
+    model.load_state_dict(_read_weights(weights, model, path / META))
     model.to(device).eval()
-    task = task if task is not None else task_from_dict(meta["task"])
+    if task is None:
+        try:
+            task = task_from_dict(meta["task"])
+        except (ValueError, TypeError, KeyError) as err:
+            raise CheckpointError(
+                f"{path / META}: field 'task' is not a valid task: {err}"
+            ) from None
     return Checkpoint(path, model, task, cfg, {**meta, "task": task.to_dict()})
+
+
+def _model_config(meta: dict, meta_path: Path) -> ModelConfig:
+    try:
+        return ModelConfig.from_dict(meta["model_config"])
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{meta_path}: field 'model_config' is invalid: {err}") from None
+
+
+def _read_weights(weights: Path, model: InfoFlowTransformer, meta_path: Path) -> dict:
+    """The tensors of ``weights``, checked against the parameters ``model`` expects."""
+    try:
+        state = load_file(str(weights))
+    except Exception as err:  # safetensors raises its own SafetensorError (an Exception)
+        raise CheckpointError(
+            f"{weights}: not a safetensors file ({' '.join(str(err).split())}); infoprobe "
+            "never loads pickles"
+        ) from None
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{weights}: tensor names do not match checkpoint.json field 'model_config' "
+            f"({meta_path}): missing {missing}, unexpected {unexpected}"
+        )
+    for name, tensor in expected.items():
+        if tuple(state[name].shape) != tuple(tensor.shape):
+            raise CheckpointError(
+                f"{weights}: tensor {name!r} has shape {list(state[name].shape)}, but "
+                f"field 'model_config' of {meta_path} gives {list(tensor.shape)}"
+            )
+    return state
 
 
 def with_task(source: str | Path, dest: str | Path, task: Any) -> Path:

@@ -1,20 +1,29 @@
 """The ``infoprobe`` command: one subcommand per module in ``infoprobe/commands/``.
 
 Each command module exposes ``register(subparsers)``; its parser sets
-``func=run`` where ``run(args) -> int`` is the exit code.
+``func=run`` where ``run(args) -> int`` is the exit code. Modules without
+``register`` (shared option helpers such as ``argtypes``) are not commands.
+
+Exit status: 0 success; 1 a command ran but its result failed (e.g. a diverged
+training run, a failed acceptance check); 2 bad input, reported as one line
+``infoprobe CMD: error: ...`` on stderr (see :func:`is_user_error`); 130 interrupted
+(Ctrl-C). Output piped into a reader that stops early (``| head``) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+from types import ModuleType
 
 import infoprobe.commands as commands_package
 from infoprobe import __version__
 
 # The order users meet the commands in (the pipeline's order); others follow.
+# A name here whose module does not exist is simply never matched.
 ORDER = [
     "demo",
     "run",
@@ -23,25 +32,38 @@ ORDER = [
     "predict",
     "cache",
     "probe",
+    "influence",
     "compare",
     "report",
     "reproduce",
 ]
-HELPER_MODULES = {"taskargs", "modelargs"}
+HELPER_MODULES = {"taskargs", "modelargs", "argtypes"}
+LIBRARY_PACKAGES = ("torch", "numpy", "h5py", "safetensors")
+"""Libraries whose ValueErrors report a value they were given, not a fault of their own."""
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
-def command_modules() -> list:
-    """Import every command module of ``infoprobe.commands``."""
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line: ``PROG: error: MESSAGE``."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def command_modules() -> list[ModuleType]:
+    """Import every command module of ``infoprobe.commands`` (modules with ``register``)."""
     names = [m.name for m in pkgutil.iter_modules(commands_package.__path__)]
-    return [
+    modules = [
         importlib.import_module(f"infoprobe.commands.{n}")
         for n in sorted(names)
         if n not in HELPER_MODULES
     ]
+    return [m for m in modules if callable(getattr(m, "register", None))]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="infoprobe",
         description=(
             "Probe which input positions each Transformer token can access, and compare the "
@@ -61,23 +83,108 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raised_in_library(err: BaseException) -> bool:
+    """Whether the innermost Python frame that raised ``err`` belongs to a library of
+    :data:`LIBRARY_PACKAGES` (a C function called straight from infoprobe code counts as
+    infoprobe's)."""
+    tb = err.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = str(tb.tb_frame.f_globals.get("__name__", ""))
+    return module.split(".")[0] in LIBRARY_PACKAGES
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    if isinstance(err, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    # torch's CPU allocator raises RuntimeError("... can't allocate memory ...").
+    return isinstance(err, RuntimeError) and "allocate memory" in str(err)
+
+
 def is_user_error(err: BaseException) -> bool:
-    """Errors infoprobe raises about bad input: shown as one line, no traceback."""
-    return isinstance(err, ValueError | FileExistsError | FileNotFoundError) and type(
-        err
-    ).__module__.startswith("infoprobe")
+    """Whether ``err`` is about the user's input or machine (one line) or a bug (traceback).
+
+    The rule:
+
+    * ``ValueError`` subclasses defined in infoprobe (``UsageError``, ``CheckpointError``,
+      ``CacheError``, ``ProbeError``, ``TaskError``, ...): infoprobe's own input checks.
+    * ``ValueError`` raised inside torch, numpy, h5py or safetensors code: the library
+      rejected a value it was handed.
+    * ``OSError`` and its subclasses (no such file, permission denied, disk full, a file
+      h5py cannot open because it is not HDF5, ...): the files and folders named.
+    * ``MemoryError``, torch's CUDA out-of-memory error and its CPU allocator's "can't
+      allocate memory": the sizes asked for do not fit this machine.
+
+    Everything else is a bug and keeps its traceback: ``TypeError``, ``AttributeError``,
+    ``KeyError``, ``IndexError``, ``AssertionError``, other ``RuntimeError`` s, and a
+    plain ``ValueError`` raised in infoprobe's own code.
+    """
+    if isinstance(err, OSError) or _out_of_memory(err):
+        return True
+    if isinstance(err, ValueError):
+        return type(err).__module__.startswith("infoprobe") or _raised_in_library(err)
+    return False
 
 
-def main(argv: list[str] | None = None) -> int:
+def describe(err: BaseException) -> str:
+    """The one-line text of a user error."""
+    if _out_of_memory(err):
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return (
+            f"out of memory ({detail}); the sizes asked for (T, batch size, N, model width) "
+            "do not fit this machine: lower them"
+        )
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, OSError) and not type(err).__module__.startswith("infoprobe"):
+        return f"{text} ({type(err).__name__})"
+    return text
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"infoprobe {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        raise
     except Exception as err:
         if not is_user_error(err):
             raise
-        print(f"infoprobe {args.command}: error: {err}", file=sys.stderr)
+        print(f"infoprobe {args.command}: error: {describe(err)}", file=sys.stderr)
         return 2
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (e.g. captured output)
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader of our stdout went away (`infoprobe ... | head`): stop quietly.
+        _quiet_stdout()
+        return 1
+    except KeyboardInterrupt:  # during start-up, before a command runs
+        print("infoprobe: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -16,10 +16,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 import einops
+import numpy as np
 import torch
 from torch import nn
-from transformer_lens import HookedRootModule
+from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
+
+from infoprobe.hooks.reader import CheckedActivationCache
 
 PosEncoding = Literal["none", "learned", "sinusoidal"]
 POS_ENCODINGS = ("none", "learned", "sinusoidal")
@@ -65,11 +68,12 @@ class ModelConfig:
     init_gain: float = 1.0
 
     def __post_init__(self) -> None:
+        self._check_types()
         object.__setattr__(self, "heads", tuple(int(h) for h in self.heads))
         for name in ("d_in", "n_ctx", "d_model", "d_readout", "d_out"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.init_gain > 0:
+        if not (math.isfinite(self.init_gain) and self.init_gain > 0):
             raise ConfigError(f"ModelConfig.init_gain must be > 0, got {self.init_gain}")
         if self.d_mlp < 0:
             raise ConfigError(f"ModelConfig.d_mlp must be >= 0, got {self.d_mlp}")
@@ -90,10 +94,73 @@ class ModelConfig:
         elif self.d_head < 1:
             raise ConfigError(f"ModelConfig.d_head must be >= 1, got {self.d_head}")
 
+    def _check_types(self) -> None:
+        """Refuse fields of the wrong type (a config read from a damaged JSON file)."""
+
+        def is_int(v: object) -> bool:
+            return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+        def bad(name: str, expected: str) -> ConfigError:
+            value = getattr(self, name)
+            return ConfigError(
+                f"ModelConfig.{name} must be {expected}, got {value!r} ({type(value).__name__})"
+            )
+
+        for name in ("d_in", "n_ctx", "d_model", "d_mlp", "d_readout", "d_out"):
+            if not is_int(getattr(self, name)):
+                raise bad(name, "an integer")
+        if self.d_head is not None and not is_int(self.d_head):
+            raise bad("d_head", "None or an integer")
+        if isinstance(self.heads, str | bytes) or not isinstance(self.heads, tuple | list):
+            raise bad("heads", "a list of head counts per layer, like [2, 2]")
+        if not all(is_int(h) for h in self.heads):
+            raise bad("heads", "a list of integer head counts per layer, like [2, 2]")
+        for name in ("residual", "layer_norm"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise bad(name, "true or false")
+        if not isinstance(self.pos_encoding, str):
+            raise bad("pos_encoding", f"one of {POS_ENCODINGS}")
+        if not isinstance(self.init_gain, int | float | np.number) or isinstance(
+            self.init_gain, bool
+        ):
+            raise bad("init_gain", "a number")
+
     @property
     def n_layers(self) -> int:
         """L, the number of blocks."""
         return len(self.heads)
+
+    # --- fields TransformerLens's ActivationCache reads from ``model.cfg`` -------------
+    @property
+    def n_heads(self) -> int:
+        """Heads per layer when every layer has the same count (TransformerLens's field).
+
+        Raises :class:`ConfigError` when heads differ per layer: TransformerLens utilities
+        that read it (``ActivationCache.stack_head_results``) assume one count for all.
+        """
+        if len(set(self.heads)) != 1:
+            raise ConfigError(
+                f"ModelConfig.n_heads: heads differ per layer ({list(self.heads)}), so there "
+                "is no single n_heads; use cfg.heads[layer] (TransformerLens utilities that "
+                "assume one head count, such as stack_head_results, do not apply)"
+            )
+        return self.heads[0]
+
+    @property
+    def attn_only(self) -> bool:
+        """True when the blocks have no FFN (``d_mlp == 0``), as in TransformerLens."""
+        return self.d_mlp == 0
+
+    @property
+    def normalization_type(self) -> str | None:
+        """None without LayerNorm. With ``layer_norm`` the LayerNorms record no
+        ``hook_scale``, so TransformerLens's ``apply_ln=True`` cannot be served."""
+        if not self.layer_norm:
+            return None
+        raise ConfigError(
+            "ModelConfig.normalization_type: this model's LayerNorms record no hook_scale, "
+            "so TransformerLens's apply_ln=True is not supported; use apply_ln=False"
+        )
 
     def d_head_of(self, block: int) -> int:
         """n for block ``block`` (0-based)."""
@@ -116,7 +183,8 @@ class ModelConfig:
         missing = [n for n in ("d_in", "n_ctx") if n not in d]
         if missing:
             raise ConfigError(f"ModelConfig: missing field(s) {missing}")
-        return cls(**{**d, "heads": tuple(d.get("heads", (2, 2)))})
+        heads = d.get("heads", (2, 2))
+        return cls(**{**d, "heads": tuple(heads) if isinstance(heads, list) else heads})
 
 
 def _normal(
@@ -301,3 +369,25 @@ class InfoFlowTransformer(HookedRootModule):
         if stop_at_layer is not None:
             return resid
         return self.readout(resid[:, -1])
+
+    def run_with_cache(
+        self,
+        *model_args,
+        return_cache_object: bool = True,
+        remove_batch_dim: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, ActivationCache | dict[str, torch.Tensor]]:
+        """Run the model and return ``(output, cache)``, as TransformerLens's models do.
+
+        The cache is a ``transformer_lens.ActivationCache`` (``cache["resid_post", 0]``,
+        ``decompose_resid()``, ``accumulated_resid()``, ``stack_head_results()`` when every
+        layer has the same head count); ``return_cache_object=False`` gives the plain dict
+        ``{hook name: tensor}``. Other keywords (``names_filter``, ``device``, ...) are
+        ``HookedRootModule.run_with_cache``'s.
+        """
+        out, cache = super().run_with_cache(
+            *model_args, remove_batch_dim=remove_batch_dim, **kwargs
+        )
+        if not return_cache_object:
+            return out, cache
+        return out, CheckedActivationCache(cache, self, has_batch_dim=not remove_batch_dim)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -24,6 +25,10 @@ from tqdm.auto import tqdm
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
+EVAL_BATCH = 4096
+"""Samples per evaluation forward pass, unless one pass would exceed the budget below."""
+EVAL_BUDGET_BYTES = 1 << 30
+"""Activation memory one evaluation pass may take (smaller batches for long contexts)."""
 
 
 class TrainingError(ValueError):
@@ -40,6 +45,14 @@ class NonFiniteLossError(RuntimeError):
         )
         self.step = step
         self.result = result
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, int | float | np.number) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -77,16 +90,34 @@ class TrainConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        positive = ("steps", "batch_size", "n_val", "n_test", "eval_every")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise TrainingError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise TrainingError(f"TrainConfig.lr must be > 0, got {self.lr}")
+        def bad(name: str, expected: str) -> TrainingError:
+            return TrainingError(
+                f"TrainConfig.{name} must be {expected}, got {getattr(self, name)!r}"
+            )
+
+        for name in ("steps", "batch_size", "n_val", "n_test", "eval_every"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise bad(name, "an integer >= 1")
+        for name in ("warmup", "seed"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
+                raise bad(name, "an integer >= 0")
+        if not _is_finite(self.lr) or not self.lr > 0:
+            raise bad("lr", "a finite number > 0")
+        for name in ("weight_decay", "grad_clip"):
+            if not _is_finite(getattr(self, name)) or getattr(self, name) < 0:
+                raise bad(name, "a finite number >= 0")
+        if self.patience is not None and (not _is_int(self.patience) or self.patience < 1):
+            raise bad("patience", "None or an integer >= 1")
+        if self.n_train is not None and (not _is_int(self.n_train) or self.n_train < 1):
+            raise bad("n_train", "None or an integer >= 1")
         if self.n_train is not None and self.n_train < self.batch_size:
             raise TrainingError(
                 f"TrainConfig.n_train={self.n_train} is smaller than batch_size={self.batch_size}"
             )
+        try:
+            torch.device(self.device)
+        except (RuntimeError, ValueError, TypeError):
+            raise bad("device", "a torch device such as 'cpu', 'cuda' or 'cuda:0'") from None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -144,11 +175,79 @@ def sample_tensors(task: Any, n: int, rng: np.random.Generator, device: str):
     return torch.as_tensor(x, device=device), torch.as_tensor(y, device=device)
 
 
+def activation_floats(cfg: ModelConfig, *, training: bool) -> int:
+    """About how many float32 activations one sample keeps alive in a pass of the model.
+
+    Per block: attention scores and pattern ``2·h·(T+1)²``, q, k, v, z ``4·(T+1)·h·n``,
+    residual stream states ``4·(T+1)·E`` and the FFN ``2·(T+1)·d_mlp``. Training keeps
+    every block's activations for the backward pass, which needs as many again; inference
+    holds one block at a time. An estimate for refusing sizes that cannot fit, not a
+    measurement.
+    """
+    p = cfg.n_ctx + 1
+    blocks = [
+        2 * h * p * p + 4 * p * h * cfg.d_head_of(b) + 4 * p * cfg.d_model + 2 * p * cfg.d_mlp
+        for b, h in enumerate(cfg.heads)
+    ]
+    inputs = p * cfg.d_in
+    return 2 * sum(blocks) + inputs if training else max(blocks) + inputs
+
+
+def eval_batch_size(cfg: ModelConfig) -> int:
+    """Samples per evaluation pass: :data:`EVAL_BATCH`, fewer if one pass would take more
+    than :data:`EVAL_BUDGET_BYTES` (long contexts: attention grows as (T+1)²)."""
+    per_sample = 4 * activation_floats(cfg, training=False)
+    return max(1, min(EVAL_BATCH, EVAL_BUDGET_BYTES // per_sample))
+
+
+def device_memory_bytes(device: str | torch.device) -> int | None:
+    """Total memory of ``device`` (physical RAM for the CPU); None where unknown."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        return int(torch.cuda.get_device_properties(dev.index or 0).total_memory)
+    if dev.type == "cpu":
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (AttributeError, ValueError, OSError):
+            return None
+    return None
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.3g} GB"
+
+
+def check_memory_fits(model_cfg: ModelConfig, cfg: TrainConfig) -> None:
+    """Raise :class:`TrainingError` if one training batch plus the held data sets cannot
+    fit in the memory of ``cfg.device`` (see :func:`activation_floats`), instead of
+    failing with an out-of-memory error part-way."""
+    limit = device_memory_bytes(cfg.device)
+    if limit is None:
+        return
+    batch = 4 * cfg.batch_size * activation_floats(model_cfg, training=True)
+    samples = cfg.n_val + cfg.n_test + (cfg.n_train or 0) + cfg.batch_size
+    data = 4 * samples * (model_cfg.n_ctx * model_cfg.d_in + model_cfg.d_out)
+    evaluation = 4 * eval_batch_size(model_cfg) * activation_floats(model_cfg, training=False)
+    if batch + data + evaluation > limit:
+        raise TrainingError(
+            f"TrainConfig.batch_size: one training batch of {cfg.batch_size} samples at "
+            f"T={model_cfg.n_ctx} with heads {list(model_cfg.heads)} needs about "
+            f"{_gb(batch)} (attention keeps [batch, heads, T+1, T+1] per layer) plus "
+            f"{_gb(data + evaluation)} for the data sets and evaluation, more than the "
+            f"{_gb(limit)} of memory of device {cfg.device!r}; lower T, the batch size, "
+            "n_val/n_test or the heads"
+        )
+
+
 @torch.inference_mode()
 def evaluate(
-    model: InfoFlowTransformer, x: torch.Tensor, y: torch.Tensor, batch: int = 4096
+    model: InfoFlowTransformer, x: torch.Tensor, y: torch.Tensor, batch: int | None = None
 ) -> float:
-    """NMSE of ``model`` on x [n, T, d], y [n, d_out], evaluated in batches."""
+    """NMSE of ``model`` on x [n, T, d], y [n, d_out], evaluated in batches
+    (default: :func:`eval_batch_size` samples per pass)."""
+    batch = batch or eval_batch_size(model.cfg)
     was_training = model.training
     model.eval()
     pred = torch.cat([model(x[i : i + batch]) for i in range(0, len(x), batch)])
@@ -168,8 +267,10 @@ def setup_training(
     task: Any, model_cfg: ModelConfig, cfg: TrainConfig
 ) -> tuple[InfoFlowTransformer, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """A fresh model (initialised from ``cfg.seed``, on ``cfg.device``), its AdamW
-    optimiser and its warm-up + cosine schedule."""
+    optimiser and its warm-up + cosine schedule. Refuses a model that does not fit the
+    task or whose training batch cannot fit in the device's memory."""
     check_task_fits(task, model_cfg)
+    check_memory_fits(model_cfg, cfg)
     model = InfoFlowTransformer(model_cfg, seed=cfg.seed).to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
@@ -280,6 +381,26 @@ def train(
     return result
 
 
+def check_output_folder(path: Path, overwrite: bool = False, what: str = "checkpoint") -> None:
+    """Refuse, before any work, an output folder that could not be written at the end.
+
+    ``path`` must not exist (unless ``overwrite``), and its nearest existing ancestor
+    must be a writable folder (missing folders in between are created when writing), so
+    a path under a regular file or in a read-only folder fails now, not after training.
+    """
+    from infoprobe.atomic import refuse_existing
+    from infoprobe.errors import UsageError
+
+    refuse_existing(path, overwrite, what)
+    ancestor = path.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{what} folder {path}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} folder {path}: folder {ancestor} is not writable")
+
+
 def train_and_save(
     task: Any,
     model_cfg: ModelConfig,
@@ -290,13 +411,13 @@ def train_and_save(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Train, then write the checkpoint folder ``out`` (refused up front if it exists).
+    """Train, then write the checkpoint folder ``out`` (refused up front if it exists or
+    cannot be written: see :func:`check_output_folder`).
 
     If the loss diverges, the last good model is still saved (its metrics record where
     training stopped) before :class:`NonFiniteLossError` propagates.
     """
-    from infoprobe.atomic import refuse_existing  # checkpoint imports model, not train
-    from infoprobe.checkpoint import save_checkpoint
+    from infoprobe.checkpoint import save_checkpoint  # checkpoint imports model, not train
 
     def save(result: TrainResult) -> None:
         save_checkpoint(
@@ -309,7 +430,7 @@ def train_and_save(
             overwrite=overwrite,
         )
 
-    refuse_existing(Path(out), overwrite, "checkpoint")
+    check_output_folder(Path(out), overwrite)
     try:
         result = train(task, model_cfg, cfg, progress=progress, log=log)
     except NonFiniteLossError as err:

@@ -19,9 +19,12 @@ continuous scores, so the comparison can sweep τ. Sets have a position axis of 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from .errors import ProbeError
 
 DEFAULT_TAU = 0.5
 """Aggregate membership: minimum test R² (pooled over the d coordinates)."""
@@ -36,16 +39,49 @@ x(s) happens to lie near the mean a small error too. For x(s) ~ N(0, I_d) that e
 1.8 % for d = 4 at τ = 0.1 (39 % and 26 % at τ = 0.5, hence the low default)."""
 DEFAULT_GATE = ("shuffled",)
 """Controls whose score gates aggregate membership (``shuffled``, ``random_init``)."""
+GATE_CONTROLS = ("shuffled", "random_init")
+
+
+class ThresholdError(ProbeError):
+    """A membership threshold is not finite or outside its meaningful range."""
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Membership thresholds, fixed before comparing with theory."""
+    """Membership thresholds, fixed before comparing with theory.
+
+    Ranges (checked on construction, :class:`ThresholdError` otherwise), all finite:
+    ``0 < tau <= 1`` (a test R²; τ <= 0 would admit probes no better than the mean),
+    ``0 <= margin <= 1`` (R² above the control; a negative margin would admit scores
+    below the control), ``0 < tau_sample <= 1`` (a normalised error; 0 admits nothing,
+    above 1 admits errors worse than the mean predictor's), ``gate`` a subset of
+    :data:`GATE_CONTROLS`.
+    """
 
     tau: float = DEFAULT_TAU
     margin: float = DEFAULT_MARGIN
     tau_sample: float = DEFAULT_TAU_SAMPLE
     gate: tuple[str, ...] = field(default=DEFAULT_GATE)
+
+    def __post_init__(self) -> None:
+        for name, low, low_open in (("tau", 0.0, True), ("margin", 0.0, False),
+                                    ("tau_sample", 0.0, True)):  # fmt: skip
+            value = getattr(self, name)
+            ok = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value) and (value > low if low_open else value >= low)
+            if not ok or value > 1:
+                bound = "0 <" if low_open else "0 <="
+                raise ThresholdError(
+                    f"Thresholds.{name}: expected a finite number with {bound} {name} <= 1, "
+                    f"got {value!r}"
+                )
+        gate = (self.gate,) if isinstance(self.gate, str) else tuple(self.gate)
+        unknown = [c for c in gate if c not in GATE_CONTROLS]
+        if unknown:
+            raise ThresholdError(
+                f"Thresholds.gate: expected controls from {GATE_CONTROLS}, got {list(gate)}"
+            )
+        object.__setattr__(self, "gate", gate)
 
     def to_dict(self) -> dict[str, object]:
         """Plain dict for provenance."""

@@ -463,7 +463,34 @@ def test_to_activation_cache_slices_samples(reference):
         np.testing.assert_array_equal(
             act["resid_post", -1].numpy(), cache.acts("blocks.1.hook_resid_post")[4:9]
         )
-        assert set(act.keys()) == set(cache.hook_names)
+        # blocks.1.hook_resid_pre is served from blocks.0.hook_resid_post, not stored twice
+        assert set(act.keys()) == {*cache.hook_names, "blocks.1.hook_resid_pre"}
+
+
+def test_to_activation_cache_serves_resid_pre_and_accumulated_resid(reference):
+    model = make_model()
+    with open_cache(reference) as cache:
+        assert "blocks.1.hook_resid_pre" not in cache.hook_names
+        act = cache.to_activation_cache(model)
+        assert act["resid_pre", 1] is act["resid_post", 0]
+        np.testing.assert_array_equal(
+            act["resid_pre", 1].numpy(), cache.acts("blocks.0.hook_resid_post")[:]
+        )
+        stack, labels = act.accumulated_resid(return_labels=True)
+        assert labels == ["0_pre", "1_pre", "final_post"] and stack.shape == (3, N, 6, 12)
+        np.testing.assert_array_equal(stack[2].numpy(), cache["resid_post", -1][:])
+
+
+@pytest.mark.parametrize("layer", [-5, -3, 2])
+def test_out_of_range_layers_name_the_blocks_that_exist(reference, layer):
+    model = make_model()
+    with open_cache(reference) as cache:
+        with pytest.raises(UnknownSiteError, match=r"blocks 0\.\.1") as info:
+            cache["resid_post", layer]
+        assert str(reference) in str(info.value) and str(layer) in str(info.value)
+        assert ("resid_post", layer) not in cache
+        with pytest.raises(UnknownSiteError, match=r"blocks 0\.\.1"):
+            cache.to_activation_cache(model, slice(0, 2))["resid_post", layer]
 
 
 def test_metadata_round_trips(reference):
@@ -474,3 +501,45 @@ def test_metadata_round_trips(reference):
         assert cache.checkpoint_sha256 == "ab" * 32
         assert cache.n_blocks == 2
         assert "complete" in repr(cache)
+
+
+# --- corrupt metadata: a ValueError of infoprobe naming the file and the attribute ------
+@pytest.mark.parametrize(
+    "attr, value, words",
+    [
+        ("provenance_json", "{not json", ["provenance_json", "expected valid JSON"]),
+        ("model_config_json", "[1, 2", ["model_config_json", "expected valid JSON"]),
+        ("data_spec_json", "[1, 2]", ["data_spec_json", "JSON object"]),
+        ("n_committed", 1_000_000, ["n_committed", "1000000", f"0..{N}"]),
+        ("n_committed", -1, ["n_committed", "-1"]),
+        ("n", "22", ["'n'", "'22'", "integer"]),
+        ("batch_size", 0, ["batch_size", "0"]),
+        ("n_blocks", 7, ["n_blocks", "7", "model_config_json"]),
+        ("dtype", "int8", ["dtype", "int8", "float16"]),
+        ("hook_names", 5, ["hook_names", "5"]),
+    ],
+)
+def test_corrupt_header_names_the_file_and_the_attribute(tmp_path, reference, attr, value, words):
+    bad = tmp_path / "bad.h5"
+    shutil.copy(reference, bad)
+    with h5py.File(bad, "r+") as f:
+        f.attrs[attr] = value
+    for opener in (open_cache, read_header):
+        with pytest.raises(TruncatedCacheError) as info:
+            opener(bad, allow_incomplete=True)
+        message = str(info.value)
+        assert isinstance(info.value, ValueError) and str(bad) in message
+        for word in words:
+            assert word in message, (word, message)
+
+
+def test_cache_info_refuses_more_committed_than_planned(tmp_path, reference, capsys):
+    from infoprobe.cli import main
+
+    bad = tmp_path / "bad.h5"
+    shutil.copy(reference, bad)
+    with h5py.File(bad, "r+") as f:
+        f.attrs["n_committed"] = 1_000_000
+    assert main(["cache", "info", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert "1000000 of" not in out and "n_committed" in err and str(bad) in err

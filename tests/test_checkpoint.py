@@ -96,3 +96,102 @@ def test_foreign_truncated_and_absent_checkpoints(saved, tmp_path):
     meta_path.write_text(text)
     with pytest.raises(CheckpointError, match=r"missing model\.safetensors"):
         load_checkpoint(path)
+
+
+# --- corrupt metadata: a ValueError of infoprobe naming the file and the field ----------
+
+
+def rewrite_meta(path, **changes):
+    meta_path = path / "checkpoint.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(changes)
+    meta_path.write_text(json.dumps(meta))
+    return meta_path
+
+
+def assert_names(err, *words):
+    assert isinstance(err, ValueError) and type(err).__module__.startswith("infoprobe")
+    for word in words:
+        assert word in str(err), (word, str(err))
+
+
+def test_truncated_or_non_object_json_names_the_file(saved):
+    path = saved[0]
+    meta_path = path / "checkpoint.json"
+    meta_path.write_text(meta_path.read_text()[:10])
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert_names(info.value, str(meta_path), "not valid JSON")
+    meta_path.write_text("[1, 2]")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert_names(info.value, str(meta_path), "JSON object", "list")
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("format_version", "1", ["format_version", "'1'", "integer"]),
+        ("format_version", None, ["format_version", "None"]),
+        ("format_version", 0, ["format_version", "0"]),
+        ("history", {"step": 1}, ["history", "list"]),
+        ("history", [1, 2], ["history", "list of objects"]),
+        ("weights_sha256", 12, ["weights_sha256", "64 hex"]),
+        ("model_config", [1, 2], ["model_config", "object"]),
+        ("model_config", {"d_in": "4", "n_ctx": 5}, ["model_config", "d_in", "'4'"]),
+        ("model_config", {"d_in": 1, "n_ctx": 5, "heads": "2,2"}, ["model_config", "heads"]),
+        ("model_config", {"d_in": 1, "n_ctx": 5, "residual": "no"}, ["model_config", "residual"]),
+        ("model_config", {"d_in": 1, "n_ctx": 5, "d_model": 8.5}, ["model_config", "d_model"]),
+        ("train_config", "fast", ["train_config", "object"]),
+        ("metrics", [], ["metrics", "object"]),
+    ],
+)
+def test_wrong_types_name_the_file_and_the_field(saved, field, value, words):
+    path = saved[0]
+    meta_path = rewrite_meta(path, **{field: value})
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert_names(info.value, str(meta_path), *words)
+
+
+def test_model_config_that_disagrees_with_the_weights_is_named(saved):
+    path, model, _ = saved
+    config = {**model.cfg.to_dict(), "d_model": 16, "heads": [2]}
+    meta_path = rewrite_meta(path, model_config=config)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert_names(info.value, str(meta_path), "model_config", "embed.W_E", "[2, 16]", "[2, 8]")
+
+
+def _resave(path, state):
+    from safetensors.torch import save_file
+
+    from infoprobe.checkpoint import file_sha256
+
+    weights = path / "model.safetensors"
+    save_file(state, str(weights))
+    rewrite_meta(path, weights_sha256=file_sha256(weights))
+    return weights
+
+
+def test_renamed_tensor_is_named(saved):
+    path, model, _ = saved
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state["embed.W_renamed"] = state.pop("embed.W_E")
+    weights = _resave(path, state)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert_names(info.value, str(weights), "embed.W_E", "embed.W_renamed")
+
+
+def test_a_pickle_as_weights_file_is_refused(saved):
+    import hashlib
+    import pickle
+
+    path = saved[0]
+    weights = path / "model.safetensors"
+    weights.write_bytes(pickle.dumps({"embed.W_E": [1.0, 2.0]}))
+    rewrite_meta(path, weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest())
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert_names(info.value, str(weights), "not a safetensors file")

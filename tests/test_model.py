@@ -108,8 +108,10 @@ def test_shapes_follow_transformer_lens_with_different_heads_per_layer():
 def test_activation_cache_shorthand_and_stop_at_layer_agree():
     model = make()
     x = x_batch(model)
-    _, raw = model.run_with_cache(x)
-    cache = ActivationCache(raw, model)
+    _, raw = model.run_with_cache(x, return_cache_object=False)
+    assert type(raw) is dict
+    _, cache = model.run_with_cache(x)
+    assert isinstance(cache, ActivationCache)
     assert torch.equal(cache["resid_post", 0], raw["blocks.0.hook_resid_post"])
     assert torch.equal(cache["resid_post", -1], raw["blocks.1.hook_resid_post"])
     assert torch.equal(cache["pattern", 1], raw["blocks.1.attn.hook_pattern"])
@@ -212,3 +214,73 @@ def test_config_round_trip_and_wrong_input_shape():
         ModelConfig.from_dict({**cfg.to_dict(), "n_heads": 3})
     with pytest.raises(ValueError, match=r"\[batch, T=4, d=2\]"):
         InfoFlowTransformer(cfg)(torch.zeros(1, 5, 2))
+
+
+# --- TransformerLens's ActivationCache utilities on a real run --------------------------
+
+
+def test_run_with_cache_returns_an_activation_cache_like_transformer_lens_models():
+    model = make()
+    x = x_batch(model)
+    _, cache = model.run_with_cache(x)
+    assert isinstance(cache, ActivationCache)
+    assert torch.equal(cache["resid_post", 0], cache["blocks.0.hook_resid_post"])
+    _, single = model.run_with_cache(x[:1], remove_batch_dim=True)
+    assert single["resid_post", -1].shape == (7, 24) and not single.has_batch_dim
+
+
+@pytest.mark.parametrize("kw", [{}, {"d_mlp": 0}, {"pos_encoding": "learned"}])
+def test_decompose_resid_sums_to_the_final_residual_stream(kw):
+    model = make(**kw)
+    _, cache = model.run_with_cache(x_batch(model))
+    parts, labels = cache.decompose_resid(return_labels=True)
+    expected = ["embed"] + (["pos_embed"] if model.pos_embed is not None else [])
+    for layer in range(2):
+        expected += [f"{layer}_attn_out"] + ([] if model.cfg.attn_only else [f"{layer}_mlp_out"])
+    assert labels == expected and model.cfg.attn_only == (model.cfg.d_mlp == 0)
+    torch.testing.assert_close(parts.sum(0), cache["resid_post", -1], rtol=1e-5, atol=1e-5)
+
+
+def test_accumulated_resid_is_every_layer_of_the_conventions():
+    model = make()
+    _, cache = model.run_with_cache(x_batch(model))
+    stack, labels = cache.accumulated_resid(return_labels=True)
+    assert labels == ["0_pre", "1_pre", "final_post"] and stack.shape == (3, 5, 7, 24)
+    for layer, name in enumerate(
+        ["blocks.0.hook_resid_pre", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+    ):
+        assert torch.equal(stack[layer], cache[name])
+
+
+def test_stack_head_results_splits_attn_out_by_head():
+    model = make(heads=(2, 2))
+    assert model.cfg.n_heads == 2
+    _, cache = model.run_with_cache(x_batch(model))
+    heads, labels = cache.stack_head_results(return_labels=True)
+    assert labels == ["L0H0", "L0H1", "L1H0", "L1H1"] and heads.shape == (4, 5, 7, 24)
+    for layer in range(2):
+        torch.testing.assert_close(
+            heads[2 * layer : 2 * layer + 2].sum(0) + model.blocks[layer].attn.b_O,
+            cache["attn_out", layer],
+            rtol=1e-5,
+            atol=1e-5,
+        )
+
+
+def test_n_heads_with_different_heads_per_layer_names_them():
+    model = make()  # heads (2, 3)
+    with pytest.raises(ConfigError, match=r"heads differ per layer.*\[2, 3\]"):
+        _ = model.cfg.n_heads
+    _, cache = model.run_with_cache(x_batch(model))
+    with pytest.raises(ConfigError, match="heads differ per layer"):
+        cache.stack_head_results()
+
+
+@pytest.mark.parametrize("layer", [-5, -3, 2, 7])
+def test_out_of_range_layer_says_which_layers_exist(layer):
+    model = make()
+    _, cache = model.run_with_cache(x_batch(model))
+    with pytest.raises(ValueError, match=r"blocks 0\.\.1") as info:
+        cache["resid_post", layer]
+    assert str(layer) in str(info.value)
+    assert torch.equal(cache["resid_post", -2], cache["resid_post", 0])

@@ -39,22 +39,71 @@ def test_wheel_has_pillars_under_infoprobe_and_no_top_level_pillars(tmp_path):
     assert any(n.endswith("entry_points.txt") for n in names)
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path, package: str) -> set[str]:
+    """Absolute names of the modules ``path`` imports; ``package`` is the package the file
+    belongs to (``infoprobe.tasks`` for tasks/registry.py), against which relative imports
+    (``from .spec import Task``, ``from .. import model``) are resolved."""
     tree = ast.parse(path.read_text())
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                found.add(node.module)
+                continue
+            parts = package.split(".")
+            if node.level - 1 >= len(parts):
+                found.add("." * node.level + (node.module or ""))  # beyond the top: flagged
+                continue
+            base = ".".join(parts[: len(parts) - (node.level - 1)])
+            if node.module:
+                found.add(f"{base}.{node.module}")
+            else:  # from . import a, b: each name may be a module
+                found |= {f"{base}.{alias.name}" for alias in node.names}
     return found
+
+
+def pillar_package(pillar: str, path: Path) -> str:
+    """The package a file of ``pillar`` belongs to once installed (infoprobe.<pillar>...)."""
+    folder = path.parent.relative_to(ROOT / pillar)
+    return ".".join(["infoprobe", pillar, *folder.parts])
+
+
+def test_relative_imports_are_resolved(tmp_path):
+    source = tmp_path / "registry.py"
+    source.write_text(
+        "from .spec import Task\nfrom . import chunks, scores\nfrom .. import model\n"
+        "from ..hooks.reader import open_cache\nimport numpy\n"
+    )
+    assert imported_modules(source, "infoprobe.tasks") == {
+        "infoprobe.tasks.spec",
+        "infoprobe.tasks.chunks",
+        "infoprobe.tasks.scores",
+        "infoprobe.model",
+        "infoprobe.hooks.reader",
+        "numpy",
+    }
 
 
 @pytest.mark.parametrize("pillar", PILLARS)
 def test_pillars_are_leaves(pillar):
-    """A pillar imports no other pillar and nothing of the hub (docs/conventions.md)."""
-    for path in (ROOT / pillar).rglob("*.py"):
-        for module in imported_modules(path):
+    """A pillar imports no other pillar and nothing of the hub (docs/conventions.md),
+    whether it writes the import absolutely or relatively."""
+    files = list((ROOT / pillar).rglob("*.py"))
+    assert files
+    for path in files:
+        for module in imported_modules(path, pillar_package(pillar, path)):
+            assert not module.startswith("."), f"{path}: relative import above the package"
             assert module.split(".")[0] not in PILLARS, f"{path}: imports top-level {module}"
-            if module.startswith("infoprobe"):
-                assert module.startswith(f"infoprobe.{pillar}"), f"{path} imports {module}"
+            if module.split(".")[0] == "infoprobe":
+                own = f"infoprobe.{pillar}"
+                assert module == own or module.startswith(own + "."), f"{path} imports {module}"
+
+
+def test_the_leaf_guard_catches_a_relative_import_of_the_hub(tmp_path):
+    bad = tmp_path / "tasks" / "bad.py"
+    bad.parent.mkdir()
+    bad.write_text("from ..model import ModelConfig\n")
+    (module,) = imported_modules(bad, "infoprobe.tasks")
+    assert module == "infoprobe.model" and not module.startswith("infoprobe.tasks")

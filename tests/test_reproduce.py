@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+from html import escape as html_escape
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import torch
 
 import infoprobe.reproduce.runs as runs_module
 from infoprobe.cli import main
+from infoprobe.compare import CAVEAT
 from infoprobe.infoflow import predict
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.reproduce import (
@@ -25,12 +27,14 @@ from infoprobe.reproduce import (
     LocalBackend,
     RunStore,
     SweepError,
+    checks,
     plan_workers,
     reproduce,
     run_sweep,
 )
 from infoprobe.reproduce.analyses import mean_cls_attention
 from infoprobe.reproduce.backends import BackendError
+from infoprobe.reproduce.grid import Check
 from infoprobe.reproduce.results import load_results, table_rows
 from infoprobe.tasks import task_from_dict
 from infoprobe.train import TrainConfig
@@ -50,7 +54,7 @@ def serial(**kw):
 
 
 # ---- claims as data -----------------------------------------------------------------------
-def test_quick_profiles_use_the_issue_settings():
+def test_quick_profiles_use_the_documented_settings():
     for claim in CLAIMS.values():
         for point in claim.profile("quick").points:
             t = point.train_config(0)
@@ -216,7 +220,7 @@ def test_tiny_pipeline_writes_results_engine_verdicts_and_figures(name, tmp_path
     assert html.count("data:image/png;base64,") == len(CLAIMS[name].figures)
     for fig in CLAIMS[name].figures:
         assert (tmp_path / f"{fig.name}.png").read_bytes().startswith(PNG_MAGIC)
-    assert ("Decodable is not used" in html) == CLAIMS[name].probes_shown
+    assert (html_escape(CAVEAT) in html) == CLAIMS[name].probes_shown  # the probes' caveat
     assert len(results["checks"]) == len(prof.checks)
 
 
@@ -310,31 +314,173 @@ def test_cli_help_teaches_and_cli_resumes(tmp_path, monkeypatch, capsys):
         assert word in help_text
 
     claim = CLAIMS["triangle"]
-    small = dataclasses.replace(
-        claim, profiles={**claim.profiles, "quick": tiny_profile("triangle", (0,), seeds=2)}
-    )
-    monkeypatch.setitem(CLAIMS, "triangle", small)
-    argv = [
-        "reproduce",
-        "triangle",
-        "--out",
-        str(tmp_path),
-        "--workers",
-        "1",
-        "--threads",
-        "1",
-        "--no-figures",
-    ]
-    code = main(argv)
+
+    def with_checks(*checks: Check) -> None:
+        tiny = tiny_profile("triangle", (0,), seeds=2)
+        quick = dataclasses.replace(tiny, checks=checks)
+        monkeypatch.setitem(
+            CLAIMS,
+            "triangle",
+            dataclasses.replace(claim, profiles={**claim.profiles, "quick": quick}),
+        )
+
+    argv = ["reproduce", "triangle", "--out", str(tmp_path), "--workers", "1", "--threads", "1",
+            "--no-figures"]  # fmt: skip
+    # Checks with known outcomes, so each exit status is asserted exactly.
+    with_checks(Check("holds by construction", lambda configs: (True, "yes")))
+    assert main(argv) == 0
     out = capsys.readouterr().out
-    assert code in (0, 1)  # 1 when the tiny run fails the acceptance check
     assert out.count(" start ") == 2 and out.count(" done ") == 2
     assert "departs from the paper" in out and "lr 2e-3" in out
-    assert "[FAIL]" in out or "[PASS]" in out
-    main(argv)
+    assert "[PASS] (acceptance) holds by construction: yes" in out and "[FAIL]" not in out
+
+    with_checks(Check("fails by construction", lambda configs: (False, "no")))
+    assert main(argv) == 1  # resumed: nothing retrained, the acceptance check fails
     again = capsys.readouterr().out
     assert again.count("skip ") == 2 and " start " not in again
-    assert main(["reproduce", "triangle", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    assert "[FAIL] (acceptance) fails by construction: no" in again and "[PASS]" not in again
+
+    with_checks(Check("observed only", lambda configs: (False, "no"), gate=False))
+    assert main(argv) == 0  # an observation never sets the exit status
+    assert "[FAIL] (observed) observed only" in capsys.readouterr().out
+
+    with_checks(Check("nothing to compare", lambda configs: (None, "not measurable: x")))
+    assert main(argv) == 1  # an acceptance that cannot be measured is not a pass
+    assert "[n/a ] (acceptance) nothing to compare" in capsys.readouterr().out
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["reproduce", "triangle", "--seeds", "0", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+
+
+# ---- the gate functions on inputs with known answers ---------------------------------------
+def config(series, best, seed=0, label=None, analyses=None, **coords):
+    """One grid point's summary as results.json holds it (best None: no finished run)."""
+    return {
+        "coords": coords,
+        "series": series,
+        "label": label or f"{series} {coords}",
+        "best": None if best is None else {"val_nmse": best, "seed": seed},
+        "runs": [{"seed": seed, "analyses": analyses or {}}],
+    }
+
+
+@pytest.mark.parametrize(
+    "configs, factor, expected",
+    [
+        ([config("good", 0.01, D=2), config("bad", 0.2, D=2)], 10.0, True),
+        ([config("good", 0.05, D=2), config("bad", 0.2, D=2)], 10.0, False),
+        ([config("good", 0.01, D=2), config("bad", 0.2, D=2), config("b2", 0.05, D=2)], 10, False),
+        ([config("good", 0.01, D=2), config("bad", None, D=2)], 10.0, None),
+        ([config("good", 0.01, D=2)], 10.0, None),
+        ([config("good", 0.01, D=3), config("bad", 0.5, D=3)], 10.0, None),
+    ],
+    ids=["passes", "gap-too-small", "one-rival-too-close", "missing-run", "no-rival", "elsewhere"],
+)  # fmt: skip
+def test_nmse_gap_known_answers(configs, factor, expected):
+    passed, detail = checks.nmse_gap(configs, where={"D": 2}, good="good", factor=factor)
+    assert passed is expected, detail
+
+
+@pytest.mark.parametrize(
+    "values, floor, expected",
+    [
+        ({"a": [0.1, 0.5, 0.9]}, 0.8, True),
+        ({"a": [0.1, 0.5, 0.9], "b": [0.2, 0.3, 0.85]}, 0.8, True),
+        ({"a": [0.1, 0.5, 0.4]}, None, False),
+        ({"a": [0.1, 0.5, 0.7]}, 0.8, False),
+        ({"a": [0.1, 0.5, 0.9], "b": [0.3, 0.2, 0.9]}, None, False),
+        ({"a": [0.1, None, 0.9]}, None, None),
+        ({"a": [0.5]}, None, None),
+        ({}, None, None),
+    ],
+    ids=["rises", "two-series", "falls", "below-floor", "one-series-falls", "missing-run",
+         "one-point", "no-series"],
+)  # fmt: skip
+def test_rises_with_known_answers(values, floor, expected):
+    Ts = (4, 8, 16)
+    configs = [config(s, v, T=T) for s, vs in values.items() for T, v in zip(Ts, vs, strict=False)]
+    passed, detail = checks.rises_with(configs, x="T", floor=floor, at=16 if floor else None)
+    assert passed is expected, detail
+
+
+def test_rises_with_floor_needs_a_point_at_the_floor():
+    configs = [config("a", v, T=T) for T, v in ((4, 0.1), (8, 0.9))]
+    passed, detail = checks.rises_with(configs, x="T", floor=0.8, at=16)
+    assert passed is None and "not measurable" in detail
+
+
+def attention(row):
+    return {"cls_attention": {"blocks": [[row]]}}
+
+
+@pytest.mark.parametrize(
+    "rows, expected",
+    [
+        ([[0.33, 0.34, 0.32, 0.01]], True),
+        ([[0.33, 0.34, 0.32, 0.01], [0.3, 0.36, 0.3, 0.04]], True),
+        ([[0.6, 0.2, 0.2, 0.0]], False),
+        ([[0.33, 0.34, 0.32, 0.01], [0.6, 0.2, 0.2, 0.0]], False),
+        ([], None),
+    ],
+    ids=["near", "two-near", "far", "one-far", "no-grid-point"],
+)
+def test_cls_attention_near_known_answers(rows, expected):
+    configs = [config("s", 0.1, label=f"p{i}", analyses=attention(r)) for i, r in enumerate(rows)]
+    passed, detail = checks.cls_attention_near(configs, positions=(0, 1, 2), target=1 / 3, tol=0.05)
+    assert passed is expected, detail
+
+
+def role(block, rank, ratio, head=0):
+    return {
+        "block": block,
+        "head": head,
+        "rank": rank,
+        "ratio": ratio,
+        "name": f"b{block}h{head}r{rank}",
+    }
+
+
+@pytest.mark.parametrize(
+    "roles, expected",
+    [
+        ([role(0, 1, 0.5), role(0, 2, 0.9)], True),
+        ([role(0, 1, 0.8), role(0, 2, 0.9)], False),
+        ([role(0, 1, 0.5), role(0, 2, 0.8)], False),
+        ([role(0, 1, 0.5), role(0, 2, 0.9), role(1, 1, 2.0)], True),
+        ([role(1, 1, 0.5), role(1, 2, 0.9)], None),
+        ([], None),
+    ],
+    ids=["passes", "rank1-high", "rank2-low", "block1-ignored", "no-block-0", "no-roles"],
+)  # fmt: skip
+def test_role_ratios_known_answers(roles, expected):
+    configs = [config("s", 0.1, task="t", analyses={"role_probe": {"roles": roles}})]
+    passed, detail = checks.role_ratios(configs, where={"task": "t"}, rank1_max=0.7, rank2_min=0.85)
+    assert passed is expected, detail
+
+
+@pytest.mark.parametrize(
+    "points, expected",
+    [
+        ([("h=4", 8, 0.1), ("h=1", 8, 0.5), ("h=2", 8, 0.3)], True),
+        ([("h=4", 8, 0.1), ("h=1", 8, 0.5), ("h=4", 16, 0.2), ("h=1", 16, 0.6)], True),
+        ([("h=4", 8, 0.4), ("h=1", 8, 0.5), ("h=2", 8, 0.3)], False),
+        ([("h=4", 8, 0.1), ("h=1", 8, 0.5), ("h=4", 16, 0.7), ("h=1", 16, 0.6)], False),
+        ([("h=4", 8, 0.1), ("h=1", 8, None)], None),
+        ([("h=4", 8, 0.1)], None),
+        ([("h=4", 8, 0.1), ("h=1", 16, 0.5)], None),
+        ([("h=4", 8, 0.1), ("h=1", 8, 0.5), ("h=4", 16, 0.2)], None),
+        ([("h=1", 8, 0.5)], None),
+    ],
+    ids=["below-both", "below-at-every-T", "above-one", "above-at-one-T", "missing-run",
+         "no-rival", "rival-elsewhere", "no-rival-at-one-T", "no-good-series"],
+)  # fmt: skip
+def test_series_below_known_answers(points, expected):
+    configs = [config(s, v, T=T) for s, T, v in points]
+    passed, detail = checks.series_below(configs, x="T", good="h=4", others=["h=1", "h=2"])
+    assert passed is expected, detail
+    if expected is None:
+        assert "not measurable" in detail or "missing" in detail
 
 
 def test_train_config_fields_are_all_known():

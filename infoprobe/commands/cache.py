@@ -12,6 +12,7 @@ import json
 import torch
 
 from infoprobe.caching import DATA_SEED_OFFSET, checkpoint_cache_job
+from infoprobe.commands.argtypes import device, non_negative_int, positive_int
 from infoprobe.errors import UsageError
 from infoprobe.hooks import PRESET_PATTERNS, CacheError, CacheFile, open_cache, read_header
 from infoprobe.hooks.schema import DatasetPlan
@@ -70,7 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", nargs="?", metavar="FILE", help="cache file (only with `info`)")
     p.add_argument("--out", metavar="FILE", help="HDF5 file to write or resume (required to write)")
-    p.add_argument("--n", type=int, default=20_000, help="number of samples N (default 20000)")
+    p.add_argument(
+        "--n", type=positive_int, default=20_000, help="number of samples N (default 20000)"
+    )
     p.add_argument(
         "--sites",
         default="residual,attention",
@@ -79,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--batch",
-        type=int,
+        type=positive_int,
         default=512,
         help="samples per forward pass and per commit (default 512)",
     )
@@ -91,20 +94,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--data-seed",
-        type=int,
+        type=non_negative_int,
         default=None,
         help=f"seed of the samples (default: training seed + {DATA_SEED_OFFSET})",
     )
     p.add_argument(
         "--random-init",
-        type=int,
+        type=non_negative_int,
         default=None,
         metavar="SEED",
         help="cache a random-init control: same architecture and samples, weights "
         "freshly initialised from SEED",
     )
-    p.add_argument("--device", default="cpu", metavar="DEV", help="torch device (default cpu)")
-    p.add_argument("--threads", type=int, default=None, metavar="K", help="torch CPU threads")
+    p.add_argument(
+        "--device", type=device, default="cpu", metavar="DEV", help="torch device (default cpu)"
+    )
+    p.add_argument(
+        "--threads", type=positive_int, default=None, metavar="K", help="torch CPU threads"
+    )
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing --out instead of resuming it"
     )

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands.argtypes import (
+    device,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from infoprobe.errors import UsageError
 from infoprobe.model import POS_ENCODINGS, ModelConfig
 from infoprobe.train import TrainConfig
@@ -37,7 +44,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--layers",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="L",
         help="depth; only as a check against the length of --heads",
@@ -46,13 +53,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--E",
         "--d-model",
         dest="d_model",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MODEL.d_model,
         help="residual width E = n*h (default: %(default)s)",
     )
     g.add_argument(
         "--d-head",
-        type=int,
+        type=positive_int,
         default=None,
         help="per-head dimension n (default: E / h of each layer)",
     )
@@ -71,19 +78,19 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--layer-norm", action="store_true", help="pre-LayerNorm (default: off)")
     g.add_argument(
         "--d-mlp",
-        type=int,
+        type=non_negative_int,
         default=DEFAULT_MODEL.d_mlp,
         help="FFN width per block, 0 removes it (default: %(default)s)",
     )
     g.add_argument(
         "--d-readout",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MODEL.d_readout,
         help="hidden width of the CLS readout MLP (default: %(default)s)",
     )
     g.add_argument(
         "--init-gain",
-        type=float,
+        type=positive_float,
         default=DEFAULT_MODEL.init_gain,
         help="weights start N(0, (gain/sqrt(fan_in))^2); 0.577 matches PyTorch's "
         "nn.Linear default scale (default: %(default)s)",
@@ -119,47 +126,59 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     d = DEFAULT_TRAIN
     g = parser.add_argument_group("training", "AdamW with warm-up + cosine decay")
     g.add_argument(
-        "--steps", type=int, default=d.steps, help="optimiser steps (default: %(default)s)"
-    )
-    g.add_argument("--batch-size", type=int, default=d.batch_size, help="default: %(default)s")
-    g.add_argument(
-        "--lr", type=float, default=d.lr, help="peak learning rate (default: %(default)s)"
+        "--steps", type=positive_int, default=d.steps, help="optimiser steps (default: %(default)s)"
     )
     g.add_argument(
-        "--weight-decay", type=float, default=d.weight_decay, help="default: %(default)s"
+        "--batch-size", type=positive_int, default=d.batch_size, help="default: %(default)s"
     )
     g.add_argument(
-        "--warmup", type=int, default=d.warmup, help="warm-up steps (default: %(default)s)"
+        "--lr", type=positive_float, default=d.lr, help="peak learning rate (default: %(default)s)"
+    )
+    g.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        default=d.weight_decay,
+        help="default: %(default)s",
+    )
+    g.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=d.warmup,
+        help="warm-up steps (default: %(default)s)",
     )
     g.add_argument(
         "--grad-clip",
-        type=float,
+        type=non_negative_float,
         default=d.grad_clip,
         help="max gradient norm, 0 = off (default: %(default)s)",
     )
     g.add_argument(
         "--seed",
-        type=int,
+        type=non_negative_int,
         default=d.seed,
         help="model init and data streams (default: %(default)s)",
     )
     g.add_argument(
         "--n-train",
-        type=int,
+        type=positive_int,
         default=None,
         help="fixed training-set size (default: fresh samples every step)",
     )
-    g.add_argument("--n-val", type=int, default=d.n_val, help="default: %(default)s")
-    g.add_argument("--n-test", type=int, default=d.n_test, help="default: %(default)s")
-    g.add_argument("--eval-every", type=int, default=d.eval_every, help="default: %(default)s")
+    g.add_argument("--n-val", type=positive_int, default=d.n_val, help="default: %(default)s")
+    g.add_argument("--n-test", type=positive_int, default=d.n_test, help="default: %(default)s")
+    g.add_argument(
+        "--eval-every", type=positive_int, default=d.eval_every, help="default: %(default)s"
+    )
     g.add_argument(
         "--patience",
-        type=int,
+        type=positive_int,
         default=None,
         help="early stopping after this many evaluations without improvement",
     )
-    g.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.add_argument(
+        "--device", type=device, default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)"
+    )
+    g.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
 
 
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:

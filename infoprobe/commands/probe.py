@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 
+from infoprobe.commands.argtypes import (
+    device,
+    finite_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from infoprobe.errors import UsageError
 from infoprobe.probes.observed import (
     DEFAULT_MARGIN,
@@ -61,40 +69,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument(
         "--alphas",
-        default="1e-3:1e5:17",
-        help="ridge λ grid as LOW:HIGH:COUNT (log-spaced) (1e-3:1e5:17)",
+        type=alpha_grid,
+        default=alpha_grid("1e-3:1e5:17"),
+        metavar="LOW:HIGH:COUNT",
+        help="ridge λ grid, log-spaced, or a comma-separated list (1e-3:1e5:17)",
     )
     p.add_argument(
         "--split",
         default="0.7,0.15,0.15",
         help="train,val,test fractions, assigned at random by sample",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the split and shuffled control")
+    p.add_argument(
+        "--seed", type=non_negative_int, default=0, help="seed of the split and shuffled control"
+    )
     p.add_argument("--ranks", default="1,2", help="attention ranks of role targets (1,2)")
-    p.add_argument("--tau", type=float, default=DEFAULT_TAU, help=f"R² threshold ({DEFAULT_TAU})")
+    p.add_argument(
+        "--tau", type=finite_float, default=DEFAULT_TAU, help=f"R² threshold ({DEFAULT_TAU})"
+    )
     p.add_argument(
         "--margin",
-        type=float,
+        type=finite_float,
         default=DEFAULT_MARGIN,
         help=f"selectivity threshold ({DEFAULT_MARGIN})",
     )
     p.add_argument(
         "--tau-sample",
-        type=float,
+        type=finite_float,
         default=DEFAULT_TAU_SAMPLE,
         help=f"per-sample error threshold ({DEFAULT_TAU_SAMPLE})",
     )
     p.add_argument(
         "--block-size",
-        type=int,
+        type=positive_int,
         default=None,
         help="samples per streamed block (default: about 64 MiB)",
     )
-    p.add_argument("--hidden", type=int, default=64, help="MLP/query probe width (64)")
-    p.add_argument("--epochs", type=int, default=100, help="MLP/query probe epochs (100)")
-    p.add_argument("--batch-size", type=int, default=256, help="MLP/query probe batch (256)")
-    p.add_argument("--lr", type=float, default=1e-3, help="MLP/query probe learning rate (1e-3)")
-    p.add_argument("--device", default="cpu", help="torch device (cpu)")
+    p.add_argument("--hidden", type=positive_int, default=64, help="MLP/query probe width (64)")
+    p.add_argument("--epochs", type=positive_int, default=100, help="MLP/query probe epochs (100)")
+    p.add_argument(
+        "--batch-size", type=positive_int, default=256, help="MLP/query probe batch (256)"
+    )
+    p.add_argument(
+        "--lr", type=positive_float, default=1e-3, help="MLP/query probe learning rate (1e-3)"
+    )
+    p.add_argument("--device", type=device, default="cpu", help="torch device (cpu)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -106,15 +124,36 @@ def _floats(text: str, name: str, count: int | None = None) -> list[float]:
         raise UsageError(f"{name}: expected numbers, got {text!r}") from None
     if count is not None and len(values) != count:
         raise UsageError(f"{name}: expected {count} numbers, got {text!r}")
+    if not all(math.isfinite(v) for v in values):
+        raise UsageError(f"{name}: expected finite numbers, got {text!r}")
     return values
 
 
-def _alphas(text: str) -> tuple[float, ...]:
+def alpha_grid(text: str) -> tuple[float, ...]:
+    """The ridge λ grid: ``LOW:HIGH:COUNT`` (COUNT log-spaced values from LOW to HIGH,
+    0 < LOW <= HIGH, COUNT >= 1) or a comma-separated list of values > 0."""
     parts = text.split(":")
     if len(parts) == 3:
-        low, high, count = float(parts[0]), float(parts[1]), int(parts[2])
+        try:
+            low, high, count = float(parts[0]), float(parts[1]), int(parts[2])
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected LOW:HIGH:COUNT like 1e-3:1e5:17, got {text!r}"
+            ) from None
+        if not (math.isfinite(low) and math.isfinite(high)) or not 0 < low <= high or count < 1:
+            raise argparse.ArgumentTypeError(
+                f"expected LOW:HIGH:COUNT with finite 0 < LOW <= HIGH and COUNT >= 1, got {text!r}"
+            )
         return tuple(float(a) for a in np.logspace(np.log10(low), np.log10(high), count))
-    return tuple(_floats(text, "--alphas"))
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected LOW:HIGH:COUNT or comma-separated values, got {text!r}"
+        ) from None
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite values > 0, got {text!r}")
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ProbeSettings(
         probe=args.probe,
         targets=args.targets,
-        alphas=_alphas(args.alphas),
+        alphas=args.alphas,
         fractions=(split[0], split[1], split[2]),
         split_seed=args.seed,
         shuffle_seed=args.seed,

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+from infoprobe.commands.argtypes import finite_float, non_negative_int
 from infoprobe.errors import UsageError
 from infoprobe.tasks import TASKS, Task, make_task
 
@@ -41,7 +42,7 @@ def _converter(default: Any):
     if isinstance(default, tuple):
         return _parse_ints, "I,J,.."
     if isinstance(default, float):
-        return float, "FLOAT"
+        return finite_float, "FLOAT"
     return int, "INT"
 
 
@@ -77,7 +78,7 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, required: bool = True
     group.add_argument(
         "--task-seed",
         dest=TASK_SEED,
-        type=int,
+        type=non_negative_int,
         default=None,
         metavar="INT",
         help="seed of the task's own random parameters (e.g. the A_i)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
@@ -51,8 +52,6 @@ def run(args: argparse.Namespace) -> int:
     task = task_from_args(args)
     model_cfg = model_config_from_args(args, task)
     cfg = train_config_from_args(args)
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda asked for, but torch sees no CUDA device")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -62,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
     except OutputExistsError as err:
         raise UsageError(f"{err}") from None
     except NonFiniteLossError as err:
-        print(f"error: {err}; the last good model was saved to {args.out}")
+        print(
+            f"infoprobe train: error: {err}; the last good model was saved to {args.out}",
+            file=sys.stderr,
+        )
         return 1
     print(f"task {task.name} {task.params()}  heads {list(model_cfg.heads)}  E {model_cfg.d_model}")
     print(

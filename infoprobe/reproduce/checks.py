@@ -1,8 +1,15 @@
 """Acceptance checks on a claim's results, thresholds fixed in :mod:`claims` before any run.
 
 Each function takes the per-grid-point summaries of ``results.json`` (``configs``) and
-keyword thresholds, and returns ``(passed, detail)``; ``passed`` is None when a grid point
-it needs has no finished run. The claims bind the thresholds with ``functools.partial``.
+keyword thresholds, and returns ``(passed, detail)``. The claims bind the thresholds with
+``functools.partial``.
+
+``passed`` is True or False only when the check compared something. It is None, with a
+detail starting "not measurable: ", when there is nothing to compare: a grid point it
+needs has no finished run, or the grid has no point of the series, rivals, positions or
+roles the check is about. A check never passes vacuously (``all([])``); the
+``infoprobe reproduce`` command treats an acceptance check that is not measurable as not
+accepted (exit status 1).
 """
 
 from __future__ import annotations
@@ -13,6 +20,11 @@ from typing import Any
 
 Configs = Sequence[Mapping[str, Any]]
 Outcome = tuple[bool | None, str]
+NOT_MEASURABLE = "not measurable: "
+
+
+def _unmeasurable(why: str) -> Outcome:
+    return None, NOT_MEASURABLE + why
 
 
 def _select(configs: Configs, **coords: Any) -> list[Mapping[str, Any]]:
@@ -37,8 +49,12 @@ def nmse_gap(configs: Configs, *, where: Mapping[str, Any], good: str, factor: f
     chosen = _select(configs, **where)
     winner = [c for c in chosen if c["series"] == good]
     others = [c for c in chosen if c["series"] != good]
-    if not winner or not others or any(_best(c) is None for c in chosen):
-        return None, f"missing runs at {dict(where)}"
+    if not winner:
+        return _unmeasurable(f"no grid point of series {good} at {dict(where)}")
+    if not others:
+        return _unmeasurable(f"no other series than {good} at {dict(where)}")
+    if any(_best(c) is None for c in chosen):
+        return _unmeasurable(f"missing runs at {dict(where)}")
     ref = _best(winner[0])
     ratios = {c["label"]: _best(c) / ref for c in others}
     text = ", ".join(f"{k}/{winner[0]['label']} = {v:.3g}x" for k, v in ratios.items())
@@ -47,17 +63,26 @@ def nmse_gap(configs: Configs, *, where: Mapping[str, Any], good: str, factor: f
 
 def rises_with(configs: Configs, *, x: str, floor: float | None = None, at: Any = None) -> Outcome:
     """In every series the best NMSE increases strictly along ``x``; with ``floor``, it
-    also exceeds ``floor`` at ``x = at``."""
+    also exceeds ``floor`` at ``x = at``. Not measurable without a series of at least two
+    points, or (with ``floor``) without a point at ``x = at``."""
     ok, parts = True, []
-    for series in dict.fromkeys(c["series"] for c in configs):
+    all_series = list(dict.fromkeys(c["series"] for c in configs))
+    if not all_series:
+        return _unmeasurable("no grid point")
+    for series in all_series:
         points = sorted((c["coords"][x], _best(c)) for c in configs if c["series"] == series)
         if any(v is None for _, v in points):
-            return None, f"missing runs in series {series}"
+            return _unmeasurable(f"missing runs in series {series}")
+        if len(points) < 2:
+            return _unmeasurable(f"series {series} has one point, nothing to rise from")
         values = [v for _, v in points]
         rising = all(b > a for a, b in itertools.pairwise(values))
         high = True
         if floor is not None:
-            high = all(v > floor for xv, v in points if xv == at)
+            at_floor = [v for xv, v in points if xv == at]
+            if not at_floor:
+                return _unmeasurable(f"series {series} has no point at {x}={at}")
+            high = all(v > floor for v in at_floor)
         ok = ok and rising and high
         parts.append(f"{series}: " + " < ".join(f"{v:.3g}" for v in values))
     return ok, "; ".join(parts)
@@ -67,12 +92,15 @@ def cls_attention_near(
     configs: Configs, *, positions: Sequence[int], target: float, tol: float
 ) -> Outcome:
     """Best seed of every grid point: the mean CLS attention of block 0, head 0 on each of
-    ``positions`` lies within ``tol`` of ``target``."""
+    ``positions`` lies within ``tol`` of ``target``. Not measurable without a grid point
+    or without positions."""
+    if not configs or not positions:
+        return _unmeasurable("no grid point" if not configs else "no positions to check")
     ok, parts = True, []
     for config in configs:
         run = _best_run(config)
         if run is None:
-            return None, f"missing runs for {config['label']}"
+            return _unmeasurable(f"missing runs for {config['label']}")
         row = run["analyses"]["cls_attention"]["blocks"][0][0]
         values = [row[p] for p in positions]
         ok = ok and all(abs(v - target) <= tol for v in values)
@@ -85,23 +113,26 @@ def role_ratios(
 ) -> Outcome:
     """Best seed of the grid points at ``where``: every head of block 0 has a probe error
     ratio (trained / untrained) <= ``rank1_max`` for the most attended key and
-    >= ``rank2_min`` for the second."""
+    >= ``rank2_min`` for the second. Not measurable without a grid point at ``where``
+    or without a rank-1 or rank-2 role of block 0."""
     chosen = _select(configs, **where)
     if not chosen:
-        return None, f"no grid point at {dict(where)}"
+        return _unmeasurable(f"no grid point at {dict(where)}")
     ok, parts = True, []
     for config in chosen:
         run = _best_run(config)
         if run is None:
-            return None, f"missing runs for {config['label']}"
+            return _unmeasurable(f"missing runs for {config['label']}")
         for role in run["analyses"]["role_probe"]["roles"]:
-            if role["block"] != 0:
+            if role["block"] != 0 or role["rank"] not in (1, 2):
                 continue
             limit_ok = (
                 role["ratio"] <= rank1_max if role["rank"] == 1 else role["ratio"] >= rank2_min
             )
-            ok = ok and (limit_ok if role["rank"] in (1, 2) else True)
+            ok = ok and limit_ok
             parts.append(f"{config['label']} {role['name']}: {role['ratio']:.3f}")
+    if not parts:
+        return _unmeasurable(f"no rank-1 or rank-2 role of block 0 at {dict(where)}")
     return ok, "; ".join(parts)
 
 
@@ -114,10 +145,11 @@ def series_below(
     where: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Among the grid points at ``where``: at every ``x`` where series ``good`` ran, its
-    best NMSE is below that of each series in ``others`` at the same ``x``."""
+    best NMSE is below that of each series in ``others`` at the same ``x``. Not measurable
+    without a point of ``good``, or where an ``x`` of ``good`` has no rival point."""
     configs = _select(configs, **(where or {}))
     if not any(c["series"] == good for c in configs):
-        return None, f"no grid point of series {good}"
+        return _unmeasurable(f"no grid point of series {good}")
     ok, parts = True, []
     for config in (c for c in configs if c["series"] == good):
         ref = _best(config)
@@ -126,8 +158,12 @@ def series_below(
             for c in configs
             if c["series"] in others and c["coords"].get(x) == config["coords"].get(x)
         ]
+        if not rivals:
+            return _unmeasurable(
+                f"no point of {list(others)} at {x}={config['coords'].get(x)} to compare with"
+            )
         if ref is None or any(_best(c) is None for c in rivals):
-            return None, f"missing runs at {x}={config['coords'].get(x)}"
+            return _unmeasurable(f"missing runs at {x}={config['coords'].get(x)}")
         below = all(ref < _best(c) for c in rivals)
         ok = ok and below
         parts.append(

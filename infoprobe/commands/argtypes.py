@@ -1,0 +1,88 @@
+"""Argparse ``type=`` helpers shared by the commands: checked when the line is parsed.
+
+A bad value ends the command before it reads or writes anything, with one line
+``infoprobe CMD: error: argument --NAME: expected ..., got ...`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (sample counts, batch sizes, steps, threads, workers)."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (seeds, warm-up steps, widths that 0 switches off)."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A finite number (not nan, inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (learning rates, gains)."""
+    value = finite_float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (weight decay, gradient clipping where 0 = off)."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def device(text: str) -> str:
+    """A torch device this machine has: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
+    import torch
+
+    try:
+        parsed = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"expected a torch device {DEVICE_TYPES} (cuda:N for one GPU), got {text!r}"
+        ) from None
+    if parsed.type not in DEVICE_TYPES:
+        raise argparse.ArgumentTypeError(f"expected a device of type {DEVICE_TYPES}, got {text!r}")
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{text!r} asked for, but torch sees no CUDA device")
+        if parsed.index is not None and parsed.index >= count:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} asked for, but torch sees {count} CUDA device(s): "
+                f"cuda:0..cuda:{count - 1}"
+            )
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r} asked for, but torch sees no MPS device")
+    return text
