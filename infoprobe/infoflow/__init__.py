@@ -4,6 +4,7 @@ from infoprobe.infoflow import predict
 p = predict(make_task("intrinsic-dim", D=3, T=64), (3, 3), d_model=48)
 p.verdict, p.exponent(64), p.min_heads, print(p.describe())
 sets = p.sets(x)    # bool [L+1, n, T+1, T+1] (layer, sample, token, position)
+keys = retrievals(p.program, x)  # per retrieval op: the key it chooses, int [n, Q]
 """
 
 from .arch import Architecture, as_architecture
@@ -15,7 +16,7 @@ from .errors import (
     ScoreAccessError,
     SetsFileError,
 )
-from .execute import execute, initial_sets
+from .execute import Retrieval, SlotOperation, execute, initial_sets, retrievals, slot_operations
 from .grid import GridCell, format_grid, grid_figure, prediction_grid
 from .predict import EFFICIENT, INEFFICIENT, Prediction, minimum_heads, predict
 from .program import AggregateAll, AggregatePositions, Decode, Head, Program, Retrieve
@@ -39,10 +40,12 @@ __all__ = [
     "Prediction",
     "Program",
     "ProgramError",
+    "Retrieval",
     "Retrieve",
     "ScoreAccessError",
     "SetsFile",
     "SetsFileError",
+    "SlotOperation",
     "as_architecture",
     "decode_alpha",
     "derive_program",
@@ -56,5 +59,7 @@ __all__ = [
     "predict",
     "prediction_grid",
     "read_sets",
+    "retrievals",
+    "slot_operations",
     "write_sets",
 ]
