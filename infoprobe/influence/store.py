@@ -1,0 +1,463 @@
+"""The influence file (``influence.h5``): write resumably, read with validation.
+
+Layout (docs/influence.md is the contract): root attributes ``format`` =
+``"infoprobe.influence"``, ``schema_version``, ``created``, ``infoprobe_version``, ``axes``
+(JSON list), ``settings`` and ``provenance`` (JSON), ``T``, ``n``, ``n_layers`` (L+1),
+``n_committed``, ``complete``, ``input_scale``, ``hook_names`` (JSON list); datasets
+``/scores`` float32 [L+1, n, T+1, T], ``/state_variance`` float64 [L+1, T+1],
+``/sample_index`` int64 [n] and ``/aggregate`` float64 [L+1, T+1, T].
+
+Writing follows the activation cache: the file is created at full size under
+``NAME.tmp-<pid>`` and renamed onto NAME with ``n_committed = 0``; each block of samples
+is written and flushed before ``n_committed`` advances; after the last block the
+aggregate is computed from the stored scores and only then is ``complete`` set. A killed
+run re-run with the same arguments resumes at ``n_committed`` and produces the same bytes;
+the reader refuses a file that is not complete unless ``allow_incomplete``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+from transformer_lens import HookedRootModule
+
+from infoprobe import __version__
+from infoprobe.atomic import OutputExistsError
+from infoprobe.hooks.schema import chunk_rows
+from infoprobe.influence.errors import (
+    IncompleteInfluenceError,
+    InfluenceError,
+    InfluenceFileError,
+    InfluenceMismatchError,
+)
+from infoprobe.influence.sensitivity import (
+    FlowPlan,
+    block_scores,
+    check_inputs,
+    iterate_blocks,
+    layer_names,
+    plan_influence,
+)
+from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets
+from infoprobe.influence.settings import InfluenceSettings
+from infoprobe.infoflow.store import inputs_hash
+
+FORMAT = "infoprobe.influence"
+SCHEMA_VERSION = 1
+AXES = ("layer", "sample", "token", "position")
+SCORES, VARIANCE, SAMPLE_INDEX, AGGREGATE = "scores", "state_variance", "sample_index", "aggregate"
+LOCATION_FIELDS = ("cache_path", "checkpoint_path")
+"""Provenance fields that say where inputs lay; a resume does not require them to match."""
+VARIANCE_RTOL = 1e-5
+"""A resumed run's recomputed state variance must match the file's to this tolerance."""
+
+BlockCallback = Callable[[int], None]
+"""``on_block(n_committed)``: called after each block is committed."""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def _open(path: Path) -> h5py.File:
+    if not path.is_file():
+        raise InfluenceFileError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
+    if path.stat().st_size == 0 or not h5py.is_hdf5(path):
+        raise InfluenceFileError(f"{path} is not an HDF5 file, so not an influence file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise InfluenceFileError(f"{path} is a damaged HDF5 file: {err}") from None
+
+
+def file_format(path: str | os.PathLike) -> str | None:
+    """The root attribute ``format`` of an HDF5 file (None if absent or not HDF5)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0 or not h5py.is_hdf5(path):
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            return _plain(f.attrs.get("format"))
+    except OSError:
+        return None
+
+
+REQUIRED_ATTRS = (
+    "schema_version", "created", "infoprobe_version", "axes", "settings", "provenance", "T",
+    "n", "n_layers", "n_committed", "complete", "input_scale", "hook_names",
+)  # fmt: skip
+
+
+def _header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[str, Any]:
+    fmt = _plain(f.attrs.get("format"))
+    if fmt != FORMAT:
+        raise InfluenceFileError(
+            f"{path} is not an influence file: root attribute 'format' is {fmt!r}, "
+            f"expected {FORMAT!r}"
+        )
+    version = _plain(f.attrs.get("schema_version"))
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise InfluenceFileError(
+            f"{path}: attribute 'schema_version' is {version!r}, this infoprobe reads "
+            f"<= {SCHEMA_VERSION}; upgrade infoprobe"
+        )
+    missing = [k for k in REQUIRED_ATTRS if k not in f.attrs]
+    if missing:
+        raise InfluenceFileError(f"{path}: root attribute(s) {missing} missing (damaged file)")
+    header = {k: _plain(v) for k, v in f.attrs.items()}
+    header["complete"] = bool(header["complete"])
+    if not header["complete"] and not allow_incomplete:
+        raise IncompleteInfluenceError(
+            f"{path} is incomplete: n_committed={header['n_committed']} of n={header['n']} "
+            "samples (the run was interrupted); re-run the same command to resume it, or "
+            "read it with allow_incomplete=True"
+        )
+    shape = (header["n_layers"], header["n"], header["T"] + 1, header["T"])
+    if SCORES not in f or f[SCORES].shape != shape:
+        found = f[SCORES].shape if SCORES in f else None
+        raise InfluenceFileError(f"{path}: dataset /{SCORES} has shape {found}, expected {shape}")
+    return header
+
+
+@dataclass(frozen=True)
+class InfluenceFile:
+    """A read influence file (arrays loaded; only committed samples).
+
+    Attributes:
+        path: the file.
+        scores: g, float32 [L+1, n_committed, T+1, T] (layer, sample, token, position).
+        state_variance: v, float64 [L+1, T+1] (layer, token).
+        sample_index: int64 [n_committed], the activation-cache rows covered.
+        aggregate: float64 [L+1, T+1, T], mean of g over samples (None if incomplete).
+        settings: the :class:`InfluenceSettings` the file was written with.
+        provenance: dict (cache path and provenance, inputs hash, weights hash, ...).
+        header: every root attribute as a plain Python value.
+    """
+
+    path: Path
+    scores: np.ndarray = field(repr=False)
+    state_variance: np.ndarray = field(repr=False)
+    sample_index: np.ndarray = field(repr=False)
+    aggregate: np.ndarray | None = field(repr=False)
+    settings: InfluenceSettings
+    provenance: dict[str, Any] = field(repr=False)
+    header: dict[str, Any] = field(repr=False)
+
+    @property
+    def T(self) -> int:
+        return int(self.header["T"])
+
+    @property
+    def n(self) -> int:
+        """Planned samples (the length of the sample axis on disk)."""
+        return int(self.header["n"])
+
+    @property
+    def n_committed(self) -> int:
+        return int(self.header["n_committed"])
+
+    @property
+    def n_layers(self) -> int:
+        """L+1."""
+        return int(self.header["n_layers"])
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.header["complete"])
+
+    @property
+    def input_scale(self) -> float:
+        return float(self.header["input_scale"])
+
+    @property
+    def hook_names(self) -> list[str]:
+        return json.loads(self.header["hook_names"])
+
+    def sets(self, fraction: float = DEFAULT_FLOW_FRACTION) -> np.ndarray:
+        """Per-sample flow sets, bool [L+1, n_committed, T+1, T+1]."""
+        return flow_sets(self.scores, fraction)
+
+
+def read_influence(path: str | os.PathLike, *, allow_incomplete: bool = False) -> InfluenceFile:
+    """Read and validate an influence file.
+
+    Raises:
+        InfluenceFileError: not an HDF5 file, another format, a newer schema, damaged.
+        IncompleteInfluenceError: the writer was interrupted, unless ``allow_incomplete``.
+    """
+    path = Path(path)
+    with _open(path) as f:
+        header = _header(f, path, allow_incomplete)
+        done = int(header["n_committed"])
+        aggregate = f[AGGREGATE][()] if header["complete"] else None
+        return InfluenceFile(
+            path=path,
+            scores=f[SCORES][:, :done],
+            state_variance=f[VARIANCE][()],
+            sample_index=f[SAMPLE_INDEX][:done],
+            aggregate=aggregate,
+            settings=InfluenceSettings.from_dict(json.loads(header["settings"])),
+            provenance=json.loads(header["provenance"]),
+            header=header,
+        )
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def _attrs(plan: FlowPlan, provenance: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "infoprobe_version": __version__,
+        "axes": json.dumps(list(AXES)),
+        "settings": _json(plan.settings.to_dict()),
+        "provenance": _json(dict(provenance)),
+        "T": plan.T,
+        "n": plan.n,
+        "n_layers": plan.n_layers,
+        "n_committed": 0,
+        "complete": False,
+        "input_scale": plan.input_scale,
+        "hook_names": json.dumps(list(plan.hook_names)),
+    }
+
+
+def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: np.ndarray) -> None:
+    """Create the whole file (datasets allocated, cursor 0) under a temp name, then rename."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    row = plan.n_layers * (plan.T + 1) * plan.T * 4
+    rows = chunk_rows(row, plan.block_size, plan.n)
+    try:
+        with h5py.File(tmp, "w") as f:
+            for key, value in attrs.items():
+                f.attrs[key] = value
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            scores = f.create_dataset(
+                SCORES,
+                shape=plan.score_shape,
+                dtype="float32",
+                chunks=(plan.n_layers, rows, plan.T + 1, plan.T),
+                dcpl=dcpl,
+                fill_time="never",
+                track_times=False,
+            )
+            scores.attrs["axes"] = list(AXES)
+            for axis, label in enumerate(AXES):
+                scores.dims[axis].label = label
+            var = f.create_dataset(VARIANCE, data=plan.state_variance, track_times=False)
+            var.attrs["axes"] = ["layer", "token"]
+            index = f.create_dataset(SAMPLE_INDEX, data=sample_index, track_times=False)
+            index.attrs["axes"] = ["sample"]
+            agg = f.create_dataset(
+                AGGREGATE,
+                shape=(plan.n_layers, plan.T + 1, plan.T),
+                dtype="float64",
+                fillvalue=np.nan,
+                track_times=False,
+            )
+            agg.attrs["axes"] = ["layer", "token", "position"]
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _differences(old: Any, new: Any, where: str) -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            line
+            for key in sorted(set(old) | set(new))
+            for line in _differences(
+                old.get(key, "<absent>"), new.get(key, "<absent>"), f"{where}.{key}"
+            )
+        ]
+    return [] if old == new else [f"{where}: file has {old!r}, this run has {new!r}"]
+
+
+def _identity(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]:
+    """Lines naming every field in which an unfinished file differs from this run."""
+    lines = _differences(json.loads(header["settings"]), json.loads(attrs["settings"]), "settings")
+    old, new = (
+        {k: v for k, v in json.loads(h["provenance"]).items() if k not in LOCATION_FIELDS}
+        for h in (header, attrs)
+    )
+    lines += _differences(old, new, "provenance")
+    for key in ("schema_version", "T", "n", "n_layers", "hook_names", "input_scale"):
+        if header[key] != attrs[key]:
+            lines.append(f"{key}: file has {header[key]!r}, this run has {attrs[key]!r}")
+    return lines
+
+
+def _mismatch(path: Path, lines: list[str]) -> InfluenceMismatchError:
+    return InfluenceMismatchError(
+        f"{path} was written by a different run, refusing to resume it (file untouched):\n  "
+        + "\n  ".join(lines)
+        + "\npass overwrite=True (--overwrite) to replace it, or choose another output"
+    )
+
+
+def preflight(path: Path, overwrite: bool) -> dict[str, Any] | None:
+    """Check an existing ``path`` before any work; return its header if it is to be resumed.
+
+    Refuses (nothing touched): anything that is not an influence file, with or without
+    ``overwrite``; a complete influence file without ``overwrite``.
+    """
+    if not path.exists() and not path.is_symlink():
+        return None
+    fmt = file_format(path)
+    if fmt != FORMAT:
+        what = "a folder" if path.is_dir() else f"a file with format {fmt!r}"
+        raise InfluenceFileError(
+            f"{path} exists and is {what}, not an influence file (root attribute 'format' = "
+            f"{FORMAT!r}); refusing to replace it: choose another output"
+        )
+    if overwrite:
+        return None
+    with _open(path) as f:
+        header = _header(f, path, allow_incomplete=True)
+    if header["complete"]:
+        raise OutputExistsError(
+            f"influence file {path} already exists (complete); pass --overwrite "
+            "(overwrite=True) to replace it"
+        )
+    return header
+
+
+def _committed_start(path: Path, header: Mapping[str, Any], plan: FlowPlan) -> int:
+    start = int(header["n_committed"])
+    if start % plan.block_size and start != plan.n:
+        raise InfluenceFileError(
+            f"{path}: n_committed={start} is not a multiple of block_size={plan.block_size}; "
+            "the file is damaged, pass overwrite=True to rewrite it"
+        )
+    return start
+
+
+def _check_variance(path: Path, f: h5py.File, plan: FlowPlan) -> FlowPlan:
+    """The plan with the file's state variance (checked against the recomputed one)."""
+    stored = f[VARIANCE][()]
+    if stored.shape != plan.state_variance.shape or not np.allclose(
+        stored, plan.state_variance, rtol=VARIANCE_RTOL, atol=0
+    ):
+        diff = (
+            float(np.max(np.abs(stored - plan.state_variance)))
+            if stored.shape == plan.state_variance.shape
+            else stored.shape
+        )
+        raise _mismatch(path, [f"state_variance: file and this run differ (max {diff})"])
+    return FlowPlan(
+        plan.settings, plan.hook_names, plan.n, plan.T, plan.d, plan.input_scale, stored
+    )
+
+
+def _finish(f: h5py.File, plan: FlowPlan) -> None:
+    """Aggregate from the stored scores (block by block, float64), then mark complete."""
+    total = np.zeros((plan.n_layers, plan.T + 1, plan.T), dtype=np.float64)
+    for block in range(plan.n_sample_blocks):
+        start, stop = plan.block_range(block)
+        total += f[SCORES][:, start:stop].astype(np.float64).sum(axis=1)
+    f[AGGREGATE][...] = total / plan.n
+    f.flush()
+    f.attrs.modify("complete", True)
+    f.flush()
+
+
+def write_influence(
+    path: str | os.PathLike,
+    model: HookedRootModule,
+    x: np.ndarray | torch.Tensor,
+    settings: InfluenceSettings | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_block: BlockCallback | None = None,
+    sample_index: np.ndarray | None = None,
+) -> InfluenceFile:
+    """Compute flow scores of ``model`` on ``x`` [n, T, d] into the influence file ``path``.
+
+    Args:
+        path: output file. An unfinished influence file written with the same settings
+            and provenance is resumed at its ``n_committed`` cursor.
+        model: ``HookedRootModule`` with the L+1 layer sites, forward on x [b, T, d].
+        x: inputs float [n, T, d] (e.g. an activation cache's ``/inputs/x``, rows 0..n-1).
+        settings: :class:`InfluenceSettings` (defaults if None).
+        provenance: JSON-serialisable dict describing the model and the inputs; the
+            SHA-256 of ``x`` is added as ``inputs_sha256``.
+        overwrite: replace an existing influence file (never any other file).
+        progress: tqdm bars; False is quiet.
+        on_block: called with ``n_committed`` after each committed block.
+        sample_index: the activation-cache row of each of the n samples, int [n]
+            (default 0..n-1), stored as ``/sample_index``.
+
+    Returns:
+        The written file, read back (:class:`InfluenceFile`).
+
+    Raises:
+        InfluenceError: bad settings, model without layer sites, non-finite inputs or
+            states (nothing written). InfluenceMismatchError: ``path`` is an unfinished
+            file of another run. InfluenceFileError: ``path`` is not an influence file.
+        OutputExistsError: ``path`` is a complete influence file and not ``overwrite``.
+    """
+    path = Path(path)
+    settings = (settings or InfluenceSettings()).resolved()
+    x = check_inputs(x)
+    layer_names(model)
+    provenance = {**dict(provenance or {}), "inputs_sha256": inputs_hash(x)}
+    header = preflight(path, overwrite)
+    plan = plan_influence(model, x, settings, progress=progress)
+    attrs = _attrs(plan, provenance)
+    if header is not None:
+        lines = _identity(header, attrs)
+        if lines:
+            raise _mismatch(path, lines)
+        start = _committed_start(path, header, plan)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        index = np.arange(plan.n) if sample_index is None else np.asarray(sample_index)
+        if index.shape != (plan.n,):
+            raise InfluenceError(
+                f"sample_index: expected {plan.n} cache rows (one per sample), got shape "
+                f"{index.shape}"
+            )
+        _create(path, plan, attrs, index.astype(np.int64))
+        start = 0
+    with h5py.File(path, "r+") as f:
+        if header is not None:
+            plan = _check_variance(path, f, plan)
+        scores = f[SCORES]
+        for block, lo, hi in iterate_blocks(plan, first=start, progress=progress):
+            scores[:, lo:hi] = block_scores(model, x, plan, block)
+            f.flush()  # the scores are with the operating system before the cursor moves
+            f.attrs.modify("n_committed", hi)
+            f.flush()
+            if on_block is not None:
+                on_block(hi)
+        if not bool(f.attrs["complete"]):
+            _finish(f, plan)
+    return read_influence(path)
