@@ -1,39 +1,29 @@
-"""Compare predicted information sets I_pred(t, l) with observed (decodable) sets I_obs(t, l).
+"""Compare predicted information sets I_pred(t, l) with what an instrument observed.
 
-The predicted sets are the reference and the observed sets the measurement, so for one
-(layer l, sample, token t), with P = I_pred(t, l) restricted to the T data positions and
-O = I_obs(t, l):
+An *instrument* observes I(t, l): decodability (probes recover x(s) from h(t, l)) or flow
+(h(t, l) moves when x(s) is nudged or resampled). Whatever it is, it hands the comparison
+one :class:`Observations`: per-sample sets and/or a continuous per-sample score
+``[L+1, n, T+1, T]``, aggregate sets and/or an aggregate score ``[L+1, T+1, T]``, the
+thresholds that made the sets and its provenance. A third instrument plugs in the same way.
 
-- ``agree``      = |P ∩ O|   predicted and decodable
-- ``violations`` = |O \\ P|   decodable where the predictor says the information cannot be
-- ``omissions``  = |P \\ O|   accessible in theory, not decodable in practice (expected
-  where a network compresses what it keeps)
-- ``absent``     = |¬P ∩ ¬O| neither
-- precision = agree / |O|, recall = agree / |P|, Jaccard = agree / |P ∪ O|,
-  violation rate = violations / |¬P| (share of non-predicted positions that are decodable),
-  omission rate = omissions / |P| = 1 − recall. A ratio with an empty denominator is NaN.
+The predicted sets are the reference and the observed sets the measurement (counts and
+rates: :mod:`infoprobe.agreement`). Each token's own position s = t is in every predicted
+set (I(t, 0) = {t} and sets only grow), so it would inflate every agreement number: it is
+reported apart (scope ``own``) and every headline number is about the other positions
+(scope ``others``). CLS has no own data position.
 
-Violations and omissions are always reported apart, never folded into one number.
-Pooled ("micro") numbers sum the counts first and divide once.
+Aggregate comparison (no sample axis): the predicted membership of s in I_pred(t, l) is
+the fraction of samples in which s ∈ I_pred(t, l): ``always`` (1), ``never`` (0) or
+``sometimes``. Violations are observed cells that are never predicted, omissions
+unobserved cells that are always predicted; sometimes cells are counted on their own.
 
-Aggregate comparison (fixed-position probes, no sample axis): the predicted membership of
-position s in I_pred(t, l) is the fraction of samples in which s ∈ I_pred(t, l).
-Content-dependent retrieval puts a different s in each sample, so three cases arise:
-``always`` (fraction 1), ``never`` (fraction 0) and ``sometimes`` (in between).
-Violations are decodable cells that are *never* predicted, omissions undecodable cells
-that are *always* predicted; ``sometimes`` cells are counted on their own (decodable or
-not) and enter neither the agreement nor the aggregate AUROC.
-
-AUROC (threshold-free): how well the continuous decodability ranks predicted positions
-above non-predicted ones; per-sample errors enter with a minus sign (low error = decodable).
-
-Decodable is not used: see :data:`CAVEAT`.
+AUROC (threshold-free): how well the continuous score ranks predicted positions above the
+others (errors enter with a minus sign). Observed is not used: see :data:`CAVEAT`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -45,140 +35,37 @@ import numpy as np
 from einops import rearrange
 
 from infoprobe import __version__
+from infoprobe.agreement import MemberWhen, SetAgreement, TauSweep, tau_sweep
 from infoprobe.atomic import atomic_output
 from infoprobe.auroc import CompareInputError, auroc
+from infoprobe.jsonable import jsonable
+from infoprobe.provenance import ProvenanceError
 
 CAVEAT = (
-    "Decodable is not used: a probe that recovers x(s) from token t's state shows that the "
-    "information is present there, not that the network uses it for its output. Omissions "
-    "(predicted but not decodable) are expected where a network compresses what it keeps; "
-    "violations (decodable but not predicted) are what contradicts a theory."
+    "Observed is not used. A probe that recovers x(s) from token t's state shows that the "
+    "information can be read there; a state that moves when x(s) moves shows that x(s) "
+    "flows into it; neither shows that the network uses it for its output. Omissions "
+    "(predicted but not observed) are expected where a network compresses what it keeps; "
+    "violations (observed but not predicted) are what contradicts a theory."
 )
 
-PROVENANCE_REQUIRED = ("task", "data_seed", "n")
-"""Provenance fields both inputs of a comparison must carry and agree on."""
+SCOPES = ("others", "own")
+"""``others``: positions s ≠ t (every headline number); ``own``: s = t, reported apart."""
 
-PROVENANCE_OPTIONAL = ("T", "n_layers", "cache", "checkpoint_sha256", "inputs_sha256")
-"""Provenance fields compared when both inputs carry them."""
+DEFAULT_ERROR_TAUS = np.geomspace(1e-2, 1.0, 21)
+"""τ grid of a per-sample sweep of errors (members below τ)."""
 
-DEFAULT_ERROR_TAUS = np.geomspace(1e-3, 1.0, 31)
-"""τ grid of the per-sample sweep: normalised errors, decodable when below τ."""
+DEFAULT_SAMPLE_SCORE_TAUS = np.geomspace(1e-4, 1.0, 41)
+"""τ grid of a per-sample sweep of scores such as flow (members at or above τ)."""
 
 DEFAULT_SCORE_TAUS = np.linspace(0.0, 1.0, 21)
-"""τ grid of the aggregate sweep: scores such as R², decodable when at least τ."""
+"""τ grid of the aggregate sweep: scores such as R², members when at least τ."""
 
 
-class ProvenanceError(ValueError):
-    """Predicted and observed sets do not come from the same data, model or task."""
-
-
-# ----------------------------------------------------------------------------- counts
-
-
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / den, np.nan)
-
-
-def jsonable(value: Any) -> Any:
-    """numpy → plain Python, NaN/Inf → None (JSON has no NaN); objects with to_dict() → dict."""
-    if hasattr(value, "to_dict") and not isinstance(value, np.ndarray | Mapping):
-        return jsonable(value.to_dict())
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return jsonable(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-@dataclass(frozen=True)
-class SetAgreement:
-    """Counts of predicted (P) vs observed (O) membership; all four fields share one shape.
-
-    Rates are computed from the counts, so pooling (:meth:`pooled`) is exact.
-    """
-
-    agree: np.ndarray  # |P ∩ O|
-    violations: np.ndarray  # |O \ P|
-    omissions: np.ndarray  # |P \ O|
-    absent: np.ndarray  # |¬P ∩ ¬O|
-
-    @classmethod
-    def from_sets(
-        cls, predicted: np.ndarray, observed: np.ndarray, valid: np.ndarray | None = None
-    ) -> SetAgreement:
-        """Count over the last axis. predicted, observed, valid: bool [..., m] → int [...]."""
-        keep = np.ones(predicted.shape, bool) if valid is None else valid
-        p, o = predicted & keep, observed & keep
-        return cls(
-            agree=(p & o).sum(axis=-1),
-            violations=(o & ~predicted & keep).sum(axis=-1),
-            omissions=(p & ~observed).sum(axis=-1),
-            absent=(keep & ~predicted & ~observed).sum(axis=-1),
-        )
-
-    def pooled(self, axis: int | tuple[int, ...]) -> SetAgreement:
-        """Sum the counts over ``axis`` (micro-averaging)."""
-        return SetAgreement(*(np.sum(c, axis=axis) for c in self._counts()))
-
-    def _counts(self) -> tuple[np.ndarray, ...]:
-        return (self.agree, self.violations, self.omissions, self.absent)
-
-    @property
-    def n_predicted(self) -> np.ndarray:
-        return self.agree + self.omissions
-
-    @property
-    def n_observed(self) -> np.ndarray:
-        return self.agree + self.violations
-
-    @property
-    def n_not_predicted(self) -> np.ndarray:
-        return self.violations + self.absent
-
-    @property
-    def precision(self) -> np.ndarray:
-        """Share of observed positions that are predicted: agree / |O|."""
-        return _ratio(self.agree, self.n_observed)
-
-    @property
-    def recall(self) -> np.ndarray:
-        """Share of predicted positions that are observed: agree / |P|."""
-        return _ratio(self.agree, self.n_predicted)
-
-    @property
-    def jaccard(self) -> np.ndarray:
-        """agree / |P ∪ O|."""
-        return _ratio(self.agree, self.agree + self.violations + self.omissions)
-
-    @property
-    def violation_rate(self) -> np.ndarray:
-        """Share of non-predicted positions that are decodable: violations / |¬P|."""
-        return _ratio(self.violations, self.n_not_predicted)
-
-    @property
-    def omission_rate(self) -> np.ndarray:
-        """Share of predicted positions that are not decodable: omissions / |P|."""
-        return _ratio(self.omissions, self.n_predicted)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Counts and rates as (nested) lists, NaN as None."""
-        names = ("precision", "recall", "jaccard", "violation_rate", "omission_rate")
-        out = {
-            "agree": self.agree,
-            "violations": self.violations,
-            "omissions": self.omissions,
-            "absent": self.absent,
-        }
-        out.update({name: getattr(self, name) for name in names})
-        return jsonable(out)
+def scope_masks(T: int) -> dict[str, np.ndarray]:
+    """Which (token, position) cells each scope holds: bool ``[T+1, T]`` per scope."""
+    own = np.eye(T + 1, T, dtype=bool)
+    return {"others": ~own, "own": own}
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -203,33 +90,47 @@ def _as_array(value: Any, name: str, kind: Literal["bool", "float"], ndim: int) 
 
 @dataclass(frozen=True)
 class Observations:
-    """What the probes measured, in the conventions of docs/conventions.md.
+    """What one instrument observed, in the conventions of docs/conventions.md.
 
-    per_sample: bool [L+1, n, T+1, T] per-sample observed sets (layer, sample, token, pos);
-    sets with the conventions' T+1 position axis are accepted, their CLS column dropped.
-    errors: float [L+1, n, T+1, T] per-sample normalised errors, lower = more decodable.
+    instrument: its name ("decodability", "flow", "flow (random-init)", ...).
+    per_sample: bool [L+1, n, T+1, T] per-sample observed sets (layer, sample, token,
+        position); sets with a T+1 position axis are accepted, their CLS column dropped.
+    sample_score: float [L+1, n, T+1, T] continuous per-sample score; ``member_when`` says
+        whether small ("below": errors) or large ("above": flow) values mean observed.
     aggregate: bool [L+1, T+1, T] (or [L+1, T+1, T+1]) aggregate observed sets.
-    score: float [L+1, T+1, T] continuous decodability (R², selectivity), higher = more.
-    score_name: label of ``score`` in tables and figures.
-    tau_sample / tau: the thresholds that made ``per_sample`` from ``errors`` (error < τ)
-    and ``aggregate`` from ``score``; shown in the τ sweep.
-    provenance: where these came from (see :func:`check_provenance`).
-    Any field may be None, but at least one of the four arrays must be given.
+    score: float [L+1, T+1, T] aggregate score, higher = more observed (R², mean flow).
+    tau_sample / tau: the thresholds that made ``per_sample`` from ``sample_score`` and
+        ``aggregate`` from ``score``; shown in the τ sweeps.
+    sample_taus: τ grid of the per-sample sweep (default by ``member_when``).
+    word: how the report says "observed" for this instrument ("decodable", "carried").
+    control_of: for a control (e.g. the random-init model), the instrument it controls.
+    provenance: where these came from.
+    Any array may be None, but at least one of the four must be given.
     """
 
+    instrument: str = "decodability"
     per_sample: np.ndarray | None = None
-    errors: np.ndarray | None = None
+    sample_score: np.ndarray | None = None
     aggregate: np.ndarray | None = None
     score: np.ndarray | None = None
+    member_when: MemberWhen = "below"
+    sample_score_name: str = "normalised error"
     score_name: str = "R²"
     tau_sample: float | None = None
     tau: float | None = None
+    sample_taus: np.ndarray | None = None
+    word: str = "observed"
+    control_of: str | None = None
     provenance: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.member_when not in ("below", "above"):
+            raise CompareInputError(
+                f"observations.member_when: expected 'below' or 'above', got {self.member_when!r}"
+            )
         specs = {
             "per_sample": ("bool", 4),
-            "errors": ("float", 4),
+            "sample_score": ("float", 4),
             "aggregate": ("bool", 3),
             "score": ("float", 3),
         }
@@ -237,129 +138,65 @@ class Observations:
         for name, (kind, ndim) in specs.items():
             value = getattr(self, name)
             if value is not None:
-                array = _as_array(value, f"observations.{name}", kind, ndim)
+                array = _as_array(value, f"{self.instrument}.{name}", kind, ndim)
                 if kind == "bool" and array.shape[-1] == array.shape[-2]:
                     array = array[..., :-1]  # sets with the CLS column: it carries no input
                 object.__setattr__(self, name, array)
                 shapes[name] = array.shape
         if not shapes:
             raise CompareInputError(
-                "observations: give at least one of per_sample, errors, aggregate, score"
+                f"{self.instrument}: give at least one of per_sample, sample_score, "
+                "aggregate, score"
             )
         # every array reduces to (layers, tokens, positions); per-sample ones also to n
         grids = {name: (s[0], *s[-2:]) for name, s in shapes.items()}
         samples = {name: s[1] for name, s in shapes.items() if len(s) == 4}
         for label, found in (("(layers, tokens, positions)", grids), ("samples", samples)):
             if len(set(found.values())) > 1:
-                raise ProvenanceError(f"observations disagree on {label}: {found}")
+                raise ProvenanceError(f"{self.instrument}: arrays disagree on {label}: {found}")
         _, tokens, positions = next(iter(grids.values()))
         if tokens != positions + 1:
             raise CompareInputError(
-                f"observations: token axis must be T+1 and position axis T, got {tokens} "
+                f"{self.instrument}: token axis must be T+1 and position axis T, got {tokens} "
                 f"tokens and {positions} positions (shapes {shapes})"
             )
+
+    def _arrays(self) -> list[np.ndarray]:
+        found = (self.per_sample, self.sample_score, self.aggregate, self.score)
+        return [a for a in found if a is not None]
 
     @property
     def shape(self) -> tuple[int, int | None, int]:
         """(L+1, n or None, T)."""
-        arrays = [
-            a for a in (self.per_sample, self.errors, self.aggregate, self.score) if a is not None
-        ]
+        arrays = self._arrays()
         n = next((a.shape[1] for a in arrays if a.ndim == 4), None)
         return arrays[0].shape[0], n, arrays[0].shape[-1]
 
+    def signed_sample_score(self) -> np.ndarray | None:
+        """``sample_score`` with the sign that makes higher = more observed."""
+        if self.sample_score is None:
+            return None
+        return -self.sample_score if self.member_when == "below" else self.sample_score
 
-# ----------------------------------------------------------------------------- τ sweep
-
-
-@dataclass(frozen=True)
-class TauSweep:
-    """Agreement as the membership threshold τ moves.
-
-    taus: float [k]; decodable_when: "below" (errors: decodable iff value < τ) or "above"
-    (scores: decodable iff value ≥ τ); agreement: counts [k, L+1] pooled per layer.
-    """
-
-    taus: np.ndarray
-    decodable_when: Literal["below", "above"]
-    agreement: SetAgreement
-    fixed_tau: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable(
-            {
-                "taus": self.taus,
-                "decodable_when": self.decodable_when,
-                "fixed_tau": self.fixed_tau,
-                "per_layer": self.agreement.to_dict(),
-            }
-        )
+    def sample_grid(self) -> np.ndarray:
+        """The per-sample τ grid, including the fixed ``tau_sample``."""
+        default = DEFAULT_ERROR_TAUS if self.member_when == "below" else DEFAULT_SAMPLE_SCORE_TAUS
+        grid = default if self.sample_taus is None else np.asarray(self.sample_taus, float)
+        return grid if self.tau_sample is None else np.append(grid, self.tau_sample)
 
 
-def tau_sweep(
-    predicted: np.ndarray,
-    values: np.ndarray,
-    taus: Sequence[float] | np.ndarray,
-    *,
-    decodable_when: Literal["below", "above"],
-    valid: np.ndarray | None = None,
-    fixed_tau: float | None = None,
-) -> TauSweep:
-    """Pooled per-layer agreement for every τ.
-
-    predicted, valid: bool [L+1, ...]; values: float [L+1, ...] of the same shape.
-    One sort per layer and class, then every τ is a ``searchsorted``: exact and fast.
-    """
-    taus = np.asarray(sorted({float(t) for t in taus}), dtype=np.float64)
-    keep = np.ones(predicted.shape, bool) if valid is None else valid
-    shape = (taus.size, predicted.shape[0])
-    agree, violations, omissions, absent = (np.zeros(shape, np.int64) for _ in range(4))
-    for layer in range(predicted.shape[0]):
-        v, p, k = values[layer], predicted[layer], keep[layer]
-        pos, neg = np.sort(v[p & k]), np.sort(v[~p & k])
-        pos_hits = _n_decodable(pos, taus, decodable_when)
-        neg_hits = _n_decodable(neg, taus, decodable_when)
-        agree[:, layer], omissions[:, layer] = pos_hits, pos.size - pos_hits
-        violations[:, layer], absent[:, layer] = neg_hits, neg.size - neg_hits
-    agreement = SetAgreement(agree, violations, omissions, absent)
-    return TauSweep(taus, decodable_when, agreement, fixed_tau)
-
-
-def _n_decodable(
-    sorted_values: np.ndarray, taus: np.ndarray, decodable_when: Literal["below", "above"]
-) -> np.ndarray:
-    """How many of ``sorted_values`` are decodable at each τ (< τ, or ≥ τ)."""
-    n_below = np.searchsorted(sorted_values, taus, side="left")
-    if decodable_when == "below":
-        return n_below
-    if decodable_when == "above":
-        return sorted_values.size - n_below
-    raise CompareInputError(f"decodable_when: expected 'below' or 'above', got {decodable_when!r}")
-
-
-# ----------------------------------------------------------------------------- comparison
-
-
-def aggregate_membership(predicted: np.ndarray) -> np.ndarray:
-    """Fraction of samples in which s ∈ I_pred(t, l).
-
-    predicted: bool [L+1, n, T+1, T+1] → float64 [L+1, T+1, T] (data positions only).
-    1 = "always" predicted, 0 = "never", in between = "sometimes".
-    """
-    positions = predicted.shape[-1] - 1
-    return predicted[..., :positions].mean(axis=1, dtype=np.float64)
+# ----------------------------------------------------------------------------- results
 
 
 @dataclass(frozen=True)
-class PerSampleComparison:
-    """Per-sample predicted vs observed sets.
+class SampleScope:
+    """Per-sample agreement over one scope's cells.
 
-    samples: counts [L+1, n, T+1] (None without per-sample observed sets); per_token:
-    [L+1, T+1] and per_layer: [L+1], pooled over samples (and tokens);
-    mean_sample_jaccard: [L+1] mean over (sample, token) of each set pair's Jaccard;
-    auroc_per_layer [L+1] / auroc_per_token [L+1, T+1]: −error against predicted
+    samples: counts [L+1, n, T+1]; per_token [L+1, T+1] and per_layer [L+1], pooled;
+    mean_sample_jaccard [L+1]: mean over (sample, token) of each set pair's Jaccard;
+    auroc_per_layer [L+1] / auroc_per_token [L+1, T+1]: the score against predicted
     membership, pooled over (sample, token, position) / (sample, position);
-    sweep: agreement as the error threshold τ moves.
+    sweep: agreement as τ moves. Parts an instrument lacks are None.
     """
 
     samples: SetAgreement | None
@@ -378,13 +215,13 @@ class PerSampleComparison:
 
 
 @dataclass(frozen=True)
-class AggregateComparison:
-    """Aggregate observed sets vs predicted membership (see the module docstring).
+class AggregateScope:
+    """Aggregate agreement over one scope's cells (see the module docstring).
 
-    per_token [L+1, T+1] / per_layer [L+1]: counts over "always" and "never" cells only;
-    sometimes_observed / sometimes_unobserved [L+1]: "sometimes" cells decodable or not;
-    auroc_per_layer [L+1], auroc_per_token [L+1, T+1]: score against always (positive) vs
-    never (negative); sweep: agreement as the score threshold τ moves.
+    per_token [L+1, T+1] / per_layer [L+1]: counts over "always" and "never" cells;
+    sometimes_observed / sometimes_unobserved [L+1]: "sometimes" cells observed or not;
+    auroc_per_layer [L+1], auroc_per_token [L+1, T+1]: score against always (positive)
+    vs never (negative); sweep: agreement as the score threshold τ moves.
     """
 
     per_token: SetAgreement | None
@@ -402,35 +239,39 @@ class AggregateComparison:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Everything :func:`compare` measured for one predictor (InfoFlow, rollout, ...).
+    """Everything :func:`compare` measured for one predictor against one instrument.
 
-    membership: float [L+1, T+1, T] aggregate predicted membership; verdicts: one sentence
-    per layer; per_sample / aggregate: None when the observations lack that part.
+    per_sample / aggregate: scope name ("others", "own") → its agreement; None when the
+    observations lack that part. membership: float [L+1, T+1, T] aggregate predicted
+    membership; verdicts: one sentence per layer (others; own apart).
     """
 
     name: str
+    instrument: str
     n_layers: int
     T: int
     n_samples: int
-    score_name: str
-    tau_sample: float | None
-    tau: float | None
-    membership: np.ndarray
-    per_sample: PerSampleComparison | None
-    aggregate: AggregateComparison | None
+    observations: Observations = field(repr=False)
+    membership: np.ndarray = field(repr=False)
+    per_sample: dict[str, SampleScope] | None
+    aggregate: dict[str, AggregateScope] | None
     verdicts: tuple[str, ...]
     provenance: Mapping[str, Any] = field(default_factory=dict)
     caveat: str = CAVEAT
 
     def to_dict(self) -> dict[str, Any]:
-        """All numbers as JSON-able data (per-sample counts left out: see ``per_sample``)."""
+        """All numbers as JSON-able data (per-sample counts left out)."""
+        obs = self.observations
         return jsonable(
             {
-                "name": self.name,
+                "predictor": self.name,
+                "instrument": self.instrument,
                 "shape": {"layers": self.n_layers + 1, "samples": self.n_samples, "T": self.T},
-                "score_name": self.score_name,
-                "tau_sample": self.tau_sample,
-                "tau": self.tau,
+                "sample_score_name": obs.sample_score_name,
+                "score_name": obs.score_name,
+                "member_when": obs.member_when,
+                "tau_sample": obs.tau_sample,
+                "tau": obs.tau,
                 "verdicts": list(self.verdicts),
                 "caveat": self.caveat,
                 "membership": self.membership,
@@ -439,6 +280,13 @@ class Comparison:
                 "provenance": dict(self.provenance),
             }
         )
+
+    def auroc(self, layer: int, scope: str = "others") -> float:
+        """The per-sample AUROC at ``layer`` (else the aggregate one); NaN if neither."""
+        for part in (self.per_sample, self.aggregate):
+            if part is not None and part[scope].auroc_per_layer is not None:
+                return float(part[scope].auroc_per_layer[layer])
+        return float("nan")
 
 
 def _check_predicted(predicted: Any, observations: Observations) -> np.ndarray:
@@ -455,53 +303,60 @@ def _check_predicted(predicted: Any, observations: Observations) -> np.ndarray:
     wrong = [f"{k}: predicted {a}, observed {b}" for k, (a, b) in found.items() if a != b]
     if wrong:
         raise ProvenanceError(
-            "predicted and observed sets do not describe the same model and samples ("
-            + "; ".join(wrong)
-            + "); compute both from the same cache, aligned to the same samples"
+            f"predicted sets and {observations.instrument} do not describe the same model and "
+            "samples (" + "; ".join(wrong) + "); compute both from the same cache, aligned to "
+            "the same samples"
         )
     return pred
 
 
-def _per_sample_part(
-    pred: np.ndarray, obs: Observations, taus: Sequence[float] | np.ndarray | None
-) -> PerSampleComparison | None:
-    if obs.per_sample is None and obs.errors is None:
-        return None
+def _sample_scope(pred: np.ndarray, obs: Observations, mask: np.ndarray) -> SampleScope:
+    """Per-sample agreement over the cells ``mask`` [T+1, T] marks (pred [L+1, n, T+1, T])."""
+    valid = np.broadcast_to(mask, pred.shape)
     samples = per_token = per_layer = mean_jaccard = None
     if obs.per_sample is not None:
-        samples = SetAgreement.from_sets(pred, obs.per_sample)  # [L+1, n, T+1]
+        samples = SetAgreement.from_sets(pred, obs.per_sample, valid)  # [L+1, n, T+1]
         per_token = samples.pooled(axis=1)
         per_layer = per_token.pooled(axis=1)
         with warnings.catch_warnings():  # a layer where every pair of sets is empty: NaN
             warnings.simplefilter("ignore", RuntimeWarning)
             mean_jaccard = np.nanmean(rearrange(samples.jaccard, "l n t -> l (n t)"), axis=1)
     auroc_layer = auroc_token = sweep = None
-    if obs.errors is not None:
-        neg_err = -obs.errors
-        per_layer_axes, per_token_axes = "l n t s -> l (n t s)", "l n t s -> l t (n s)"
-        auroc_layer = auroc(rearrange(neg_err, per_layer_axes), rearrange(pred, per_layer_axes))
-        auroc_token = auroc(rearrange(neg_err, per_token_axes), rearrange(pred, per_token_axes))
-        grid = DEFAULT_ERROR_TAUS if taus is None else np.asarray(taus, dtype=np.float64)
-        if obs.tau_sample is not None:
-            grid = np.append(grid, obs.tau_sample)
-        sweep = tau_sweep(pred, obs.errors, grid, decodable_when="below", fixed_tau=obs.tau_sample)
-    return PerSampleComparison(
-        samples, per_token, per_layer, mean_jaccard, auroc_layer, auroc_token, sweep
-    )
+    signed = obs.signed_sample_score()
+    if signed is not None:
+        layer_axes, token_axes = "l n t s -> l (n t s)", "l n t s -> l t (n s)"
+        auroc_layer = auroc(
+            rearrange(signed, layer_axes),
+            rearrange(pred, layer_axes),
+            rearrange(valid, layer_axes),
+        )
+        auroc_token = auroc(
+            rearrange(signed, token_axes),
+            rearrange(pred, token_axes),
+            rearrange(valid, token_axes),
+        )
+        sweep = tau_sweep(
+            pred,
+            obs.sample_score,
+            obs.sample_grid(),
+            member_when=obs.member_when,
+            valid=valid,
+            fixed_tau=obs.tau_sample,
+        )
+    return SampleScope(samples, per_token, per_layer, mean_jaccard, auroc_layer, auroc_token, sweep)
 
 
-def _aggregate_part(
-    membership: np.ndarray, obs: Observations, taus: Sequence[float] | np.ndarray | None
-) -> AggregateComparison | None:
-    if obs.aggregate is None and obs.score is None:
-        return None
+def _aggregate_scope(
+    membership: np.ndarray, obs: Observations, mask: np.ndarray, taus: np.ndarray
+) -> AggregateScope:
     always, never = membership == 1.0, membership == 0.0
-    definite = always | never
+    inside = np.broadcast_to(mask, membership.shape)
+    definite = (always | never) & inside
     per_token = per_layer = some_obs = some_unobs = None
     if obs.aggregate is not None:
         per_token = SetAgreement.from_sets(always, obs.aggregate, valid=definite)
         per_layer = per_token.pooled(axis=1)
-        sometimes = ~definite
+        sometimes = ~(always | never) & inside
         some_obs = (sometimes & obs.aggregate).sum(axis=(1, 2))
         some_unobs = (sometimes & ~obs.aggregate).sum(axis=(1, 2))
     auroc_layer = auroc_token = sweep = None
@@ -511,15 +366,26 @@ def _aggregate_part(
         auroc_layer = auroc(
             rearrange(obs.score, flat), rearrange(always, flat), valid=rearrange(definite, flat)
         )
-        grid = DEFAULT_SCORE_TAUS if taus is None else np.asarray(taus, dtype=np.float64)
-        if obs.tau is not None:
-            grid = np.append(grid, obs.tau)
+        grid = taus if obs.tau is None else np.append(taus, obs.tau)
         sweep = tau_sweep(
-            always, obs.score, grid, decodable_when="above", valid=definite, fixed_tau=obs.tau
+            always, obs.score, grid, member_when="above", valid=definite, fixed_tau=obs.tau
         )
-    return AggregateComparison(
+    return AggregateScope(
         per_token, per_layer, some_obs, some_unobs, auroc_layer, auroc_token, sweep
     )
+
+
+def aggregate_membership(predicted: np.ndarray) -> np.ndarray:
+    """Fraction of samples in which s ∈ I_pred(t, l).
+
+    predicted: bool [L+1, n, T+1, T+1] → float64 [L+1, T+1, T] (data positions only).
+    1 = "always" predicted, 0 = "never", in between = "sometimes".
+    """
+    positions = predicted.shape[-1] - 1
+    return predicted[..., :positions].mean(axis=1, dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- verdicts
 
 
 def _percent(num: int, den: int) -> str:
@@ -532,38 +398,53 @@ def _auroc_text(value: np.ndarray | None, layer: int) -> str:
     return f"; AUROC {float(value[layer]):.3f}"
 
 
+def _own_text(own: SetAgreement | None, layer: int, word: str) -> str:
+    if own is None or int(own.n_predicted[layer]) == 0:
+        return ""
+    agree, n_pred = int(own.agree[layer]), int(own.n_predicted[layer])
+    return f"; own position {word} in {_percent(agree, n_pred)}"
+
+
 def layer_verdicts(
-    per_sample: PerSampleComparison | None, aggregate: AggregateComparison | None, n_layers: int
+    per_sample: Mapping[str, SampleScope] | None,
+    aggregate: Mapping[str, AggregateScope] | None,
+    n_layers: int,
+    word: str = "observed",
 ) -> tuple[str, ...]:
-    """One sentence per layer 0..L from the per-sample agreement, else the aggregate one."""
+    """One sentence per layer 0..L about the other positions (own position apart), from
+    the per-sample agreement, else the aggregate one."""
     verdicts = []
     for layer in range(n_layers + 1):
-        if per_sample is not None and per_sample.per_layer is not None:
-            a = per_sample.per_layer
-            agree, n_pred = int(a.agree[layer]), int(a.n_predicted[layer])
-            viol, n_not = int(a.violations[layer]), int(a.n_not_predicted[layer])
+        sample = per_sample["others"] if per_sample else None
+        agg = aggregate["others"] if aggregate else None
+        if sample is not None and sample.per_layer is not None:
+            a = sample.per_layer
             text = (
-                f"layer {layer}: {_percent(agree, n_pred)} of predicted positions decodable "
-                f"({agree} of {n_pred}, per sample); {_percent(viol, n_not)} violations "
-                f"({viol} of {n_not} non-predicted positions decodable)"
-                + _auroc_text(per_sample.auroc_per_layer, layer)
+                f"layer {layer}: {_percent(int(a.agree[layer]), int(a.n_predicted[layer]))} of "
+                f"predicted positions {word} ({int(a.agree[layer])} of "
+                f"{int(a.n_predicted[layer])}, per sample), "
+                f"{_percent(int(a.violations[layer]), int(a.n_not_predicted[layer]))} of the "
+                f"rest ({int(a.violations[layer])} of {int(a.n_not_predicted[layer])})"
+                + _auroc_text(sample.auroc_per_layer, layer)
+                + _own_text(per_sample["own"].per_layer, layer, word)
             )
-        elif aggregate is not None and aggregate.per_layer is not None:
-            a = aggregate.per_layer
-            agree, n_pred = int(a.agree[layer]), int(a.n_predicted[layer])
-            viol, n_not = int(a.violations[layer]), int(a.n_not_predicted[layer])
-            some_obs = int(aggregate.sometimes_observed[layer])
-            some_all = some_obs + int(aggregate.sometimes_unobserved[layer])
+        elif agg is not None and agg.per_layer is not None:
+            a = agg.per_layer
+            some_obs = int(agg.sometimes_observed[layer])
+            some_all = some_obs + int(agg.sometimes_unobserved[layer])
             text = (
-                f"layer {layer} (aggregate): {_percent(agree, n_pred)} of always-predicted "
-                f"positions decodable ({agree} of {n_pred}); {_percent(viol, n_not)} "
-                f"violations ({viol} of {n_not} never-predicted positions decodable); "
-                f"{some_obs} of {some_all} sometimes-predicted positions decodable"
-                + _auroc_text(aggregate.auroc_per_layer, layer)
+                f"layer {layer} (aggregate): "
+                f"{_percent(int(a.agree[layer]), int(a.n_predicted[layer]))} of always-predicted "
+                f"positions {word} ({int(a.agree[layer])} of {int(a.n_predicted[layer])}); "
+                f"{_percent(int(a.violations[layer]), int(a.n_not_predicted[layer]))} of "
+                f"never-predicted positions {word} ({int(a.violations[layer])} of "
+                f"{int(a.n_not_predicted[layer])}); {some_obs} of {some_all} "
+                f"sometimes-predicted positions {word}"
+                + _auroc_text(agg.auroc_per_layer, layer)
+                + _own_text(aggregate["own"].per_layer, layer, word)
             )
         else:
-            # only continuous scores: the AUROC is the whole verdict
-            source = per_sample if per_sample is not None else aggregate
+            source = sample if sample is not None else agg
             text = f"layer {layer}: no thresholded sets" + _auroc_text(
                 None if source is None else source.auroc_per_layer, layer
             )
@@ -576,20 +457,18 @@ def compare(
     observations: Observations,
     *,
     name: str = "infoflow",
-    error_taus: Sequence[float] | np.ndarray | None = None,
     score_taus: Sequence[float] | np.ndarray | None = None,
     provenance: Mapping[str, Any] | None = None,
 ) -> Comparison:
-    """Compare predicted sets with what the probes observed.
+    """Compare predicted sets with what one instrument observed.
 
     predicted: bool [L+1, n, T+1, T+1] (layer, sample, token, position); only positions
     0..T-1 are compared (CLS carries no input). Its sample axis must be aligned with the
     observations' (the same samples in the same order).
-    observations: the probes' sets and scores (:class:`Observations`).
+    observations: the instrument's sets and scores (:class:`Observations`).
     name: the predictor's name ("infoflow", "rollout").
-    error_taus / score_taus: τ grids of the per-sample / aggregate sweeps (defaults
-    :data:`DEFAULT_ERROR_TAUS` / :data:`DEFAULT_SCORE_TAUS`; the observations' own τ is
-    always added). provenance: the predicted sets' provenance, stored in the result.
+    score_taus: τ grid of the aggregate sweep (default :data:`DEFAULT_SCORE_TAUS`; the
+    observations' own τ is always added). provenance: the predicted sets' provenance.
     Raises ProvenanceError when L, T or n differ, CompareInputError on bad arrays.
     """
     pred = _check_predicted(predicted, observations)
@@ -597,107 +476,177 @@ def compare(
     T = positions - 1
     data_pred = pred[..., :T]
     membership = aggregate_membership(pred)
-    per_sample = _per_sample_part(data_pred, observations, error_taus)
-    aggregate = _aggregate_part(membership, observations, score_taus)
+    masks = scope_masks(T)
+    per_sample = aggregate = None
+    obs = observations
+    if obs.per_sample is not None or obs.sample_score is not None:
+        per_sample = {scope: _sample_scope(data_pred, obs, m) for scope, m in masks.items()}
+    if obs.aggregate is not None or obs.score is not None:
+        taus = DEFAULT_SCORE_TAUS if score_taus is None else np.asarray(score_taus, float)
+        aggregate = {
+            scope: _aggregate_scope(membership, obs, m, taus) for scope, m in masks.items()
+        }
     return Comparison(
         name=name,
+        instrument=obs.instrument,
         n_layers=layers - 1,
         T=T,
         n_samples=n,
-        score_name=observations.score_name,
-        tau_sample=observations.tau_sample,
-        tau=observations.tau,
+        observations=obs,
         membership=membership,
         per_sample=per_sample,
         aggregate=aggregate,
-        verdicts=layer_verdicts(per_sample, aggregate, layers - 1),
-        provenance={
-            "predicted": dict(provenance or {}),
-            "observed": dict(observations.provenance),
-        },
+        verdicts=layer_verdicts(per_sample, aggregate, layers - 1, obs.word),
+        provenance={"predicted": dict(provenance or {}), "observed": dict(obs.provenance)},
     )
 
 
-# ----------------------------------------------------------------------------- provenance
+# ----------------------------------------------------------------------------- two instruments
 
 
-def _canonical(key: str, value: Any) -> str:
-    if key == "cache" and isinstance(value, str | os.PathLike):
-        return os.path.realpath(os.fspath(value))
-    return json.dumps(jsonable(value), sort_keys=True, default=str)
+@dataclass(frozen=True)
+class Crosstab:
+    """Per layer, the cells (sample, token, position s ≠ t) counted by what two
+    instruments observed: ``both``, ``first_only``, ``second_only``, ``neither`` [L+1].
 
-
-def _same(key: str, a: Any, b: Any) -> bool:
-    """Equal provenance values; a task given by name alone matches a task dict's name."""
-    if key == "task" and (isinstance(a, str) or isinstance(b, str)):
-        names = [v if isinstance(v, str) else dict(v).get("name") for v in (a, b)]
-        return names[0] == names[1]
-    return _canonical(key, a) == _canonical(key, b)
-
-
-def check_provenance(
-    pred_prov: Mapping[str, Any],
-    probe_prov: Mapping[str, Any],
-    *,
-    pred_source: str = "predicted sets",
-    probe_source: str = "probe results",
-) -> None:
-    """Refuse to compare sets that were not made from the same task, data and model.
-
-    Both dicts must hold :data:`PROVENANCE_REQUIRED` (``task`` dict, ``data_seed``, ``n``
-    samples); the fields of :data:`PROVENANCE_OPTIONAL` (``T``, ``n_layers``, ``cache``
-    path, ``checkpoint_sha256``, ``inputs_sha256`` of the input samples) are compared when
-    both have them; a ``task`` given by name alone is compared with the other's name.
-    pred_source / probe_source name the files in the messages.
-    Raises ProvenanceError naming every missing or mismatched field with both values.
+    For flow (first) against decodability (second): first_only is information that flows
+    but cannot be decoded (the network keeps a function of x(s): compressed); second_only
+    is decodable without flow, which should be near zero and checks both instruments.
     """
-    missing = [
-        f"{source} lacks field {key!r}"
-        for source, prov in ((pred_source, pred_prov), (probe_source, probe_prov))
-        for key in PROVENANCE_REQUIRED
-        if key not in prov
-    ]
-    if missing:
-        raise ProvenanceError(
-            "cannot check that predicted and observed sets match: "
-            + "; ".join(missing)
-            + f" (required: {', '.join(PROVENANCE_REQUIRED)})"
+
+    first: str
+    second: str
+    both: np.ndarray
+    first_only: np.ndarray
+    second_only: np.ndarray
+    neither: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.both + self.first_only + self.second_only + self.neither
+
+    def share(self, part: str) -> np.ndarray:
+        """``part``'s count over all cells, per layer (NaN for an empty layer)."""
+        total = self.total.astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(total > 0, getattr(self, part) / total, np.nan)
+
+    def to_dict(self) -> dict[str, Any]:
+        parts = ("both", "first_only", "second_only", "neither")
+        return jsonable(
+            {
+                "first": self.first,
+                "second": self.second,
+                **{p: getattr(self, p) for p in parts},
+                "share": {p: self.share(p) for p in parts},
+            }
         )
-    mismatched = [
-        f"field {key!r}: {pred_source} has {pred_prov[key]!r}, {probe_source} has "
-        f"{probe_prov[key]!r}"
-        for key in PROVENANCE_REQUIRED + PROVENANCE_OPTIONAL
-        if key in pred_prov
-        and key in probe_prov
-        and not _same(key, pred_prov[key], probe_prov[key])
-    ]
-    if mismatched:
+
+
+def crosstab(first: Observations, second: Observations) -> Crosstab:
+    """Cross the per-sample sets of two instruments on the same samples (own left out)."""
+    for obs in (first, second):
+        if obs.per_sample is None:
+            raise CompareInputError(f"crosstab: {obs.instrument} has no per-sample sets")
+    if first.per_sample.shape != second.per_sample.shape:
         raise ProvenanceError(
-            "predicted and observed sets come from different data or models: "
-            + "; ".join(mismatched)
-            + ". Recompute the predicted sets on the samples of the probes' cache."
+            f"crosstab: {first.instrument} sets {first.per_sample.shape} and "
+            f"{second.instrument} sets {second.per_sample.shape} are not on the same samples"
         )
+    a, b = first.per_sample, second.per_sample
+    others = np.broadcast_to(scope_masks(a.shape[-1])["others"], a.shape)
+
+    def count(cells: np.ndarray) -> np.ndarray:
+        return (cells & others).sum(axis=(1, 2, 3))
+
+    return Crosstab(
+        first.instrument,
+        second.instrument,
+        both=count(a & b),
+        first_only=count(a & ~b),
+        second_only=count(~a & b),
+        neither=count(~a & ~b),
+    )
+
+
+def headline(
+    comparisons: Mapping[str, Mapping[str, Comparison]], predictor: str = "infoflow"
+) -> tuple[str, ...]:
+    """One line per layer leading with every instrument's AUROC against ``predictor``
+    (controls in brackets), then the primary instrument's set agreement (own positions
+    left out), e.g. ``layer 1: flow AUROC 0.93 (random-init 0.54); decodable AUROC 0.58;
+    61% of predicted positions carried, 3% of the rest``.
+
+    comparisons: instrument → predictor → :class:`Comparison`; the first instrument that is
+    not a control is the primary one.
+    """
+    ours = {k: v[predictor] for k, v in comparisons.items() if predictor in v}
+    if not ours:
+        return ()
+    main = [k for k, c in ours.items() if c.observations.control_of is None]
+    controls = {c.observations.control_of: c for c in ours.values() if c.observations.control_of}
+    n_layers = next(iter(ours.values())).n_layers
+    lines = []
+    for layer in range(n_layers + 1):
+        parts = []
+        for name in main:
+            text = f"{name} AUROC {_fmt(ours[name].auroc(layer))}"
+            if name in controls:
+                control = controls[name]
+                label = control.instrument.removeprefix(name).strip(" ()") or "control"
+                text += f" ({label} {_fmt(control.auroc(layer))})"
+            parts.append(text)
+        if main:
+            primary = ours[main[0]]
+            scope = (primary.per_sample or primary.aggregate or {}).get("others")
+            if scope is not None and scope.per_layer is not None:
+                a = scope.per_layer
+                parts.append(
+                    f"{_share(a.agree[layer], a.n_predicted[layer])} of predicted positions "
+                    f"{primary.observations.word}, "
+                    f"{_share(a.violations[layer], a.n_not_predicted[layer])} of the rest"
+                )
+        lines.append(f"layer {layer}: " + "; ".join(parts))
+    return tuple(lines)
+
+
+def _fmt(value: float) -> str:
+    return "n/a" if not np.isfinite(value) else f"{value:.2f}"
+
+
+def _share(num: Any, den: Any) -> str:
+    return "n/a" if int(den) == 0 else f"{100.0 * int(num) / int(den):.0f}%"
+
+
+# ----------------------------------------------------------------------------- file
 
 
 def write_comparisons(
     path: str | os.PathLike,
-    comparisons: Sequence[Comparison],
+    comparisons: Mapping[str, Mapping[str, Comparison]],
     *,
+    extra: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write comparisons as one JSON file ``{"comparisons": {name: ...}, "provenance": ...}``.
+    """Write comparisons as one JSON file (docs/report.md).
 
-    Written to ``path.tmp-<pid>`` and renamed; raises OutputExistsError if ``path`` exists
-    and ``overwrite`` is false.
+    comparisons: instrument → predictor → :class:`Comparison`, stored under
+    ``comparisons/<instrument>/<predictor>``; extra: further top-level entries (headline,
+    crosstab, heads). Written to ``path.tmp-<pid>`` and renamed; raises OutputExistsError
+    if ``path`` exists and ``overwrite`` is false.
     """
     document = jsonable(
         {
             "format": "infoprobe.comparison",
-            "format_version": 1,
+            "format_version": 2,
             "infoprobe_version": __version__,
             "caveat": CAVEAT,
-            "comparisons": {c.name: c.to_dict() for c in comparisons},
+            "comparisons": {
+                inst: {pred: c.to_dict() for pred, c in by_pred.items()}
+                for inst, by_pred in comparisons.items()
+            },
+            **dict(extra or {}),
             "provenance": dict(provenance or {}),
         }
     )

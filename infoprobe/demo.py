@@ -2,12 +2,12 @@
 
 Two models on the intrinsic-dimension task (D = 2, T = 16): one with (D, D) heads, which
 InfoFlow calls efficient, and one with (D−1, D), which it calls inefficient. Both are
-trained side by side (one process and one thread each), then cached, probed, predicted,
-compared and reported. ``index.html`` puts the two next to each other and links each
-model's full report.
+trained side by side (one process and one thread each), then cached, probed, measured by
+flow, predicted, compared and reported. ``index.html`` puts the two next to each other and
+links each model's full report.
 
-Settings are fixed here, chosen before looking at any result (calibration in issue 6:
-7.5k steps at lr 2e-3 take about 2 minutes per model with 2 threads on a 2-core CPU).
+Settings are fixed here, chosen before looking at any comparison with InfoFlow (7.5k steps
+at lr 2e-3 take about 2 minutes per model on a 2-core CPU).
 """
 
 from __future__ import annotations
@@ -122,12 +122,18 @@ predicts D distinct pairwise comparisons, so a 2-layer model needs D heads in ea
 one head fewer makes the program inefficient. Both models were trained with the same
 settings ({cfg.steps} steps, lr {cfg.lr}, batch {cfg.batch_size}, E = {cfg.d_model}).</p>
 <table><tr><th>heads per layer</th><th>InfoFlow verdict</th><th>cost exponent</th>
-<th>validation NMSE</th><th>predicted vs observed sets (per sample)</th><th></th></tr>
+<th>validation NMSE</th><th>InfoFlow's sets against flow and decodability (per sample,
+own positions left out)</th><th></th></tr>
 {rows}
 </table>
-<p class="caveat">Decodable is not the same as used: a probe shows what a linear map can
-read from a token's state, not what the network reads from it. Violations (decodable but
-not predicted) and omissions (predicted but not decodable) are reported apart.</p>
+<p>Flow AUROC: how well a state's sensitivity to each input ranks the positions InfoFlow
+predicts above the rest (0.5 is chance; the random-init model of the same architecture in
+brackets). Decodability AUROC: the same for a linear probe's per-sample error, each
+sample scored against its own baseline.</p>
+<p class="caveat">Observed is not used: flow shows that x(s) moves a token's state and a
+probe that it can be read there, not that the network uses it for its output. Violations
+(observed but not predicted) and omissions (predicted but not observed) are reported
+apart.</p>
 </main></body></html>
 """
     path = out / "index.html"

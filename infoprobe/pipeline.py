@@ -1,4 +1,5 @@
-"""The main job: train → cache → probe (with a random-init control) → predict → compare → report.
+"""The main job: train → cache → probe and flow (each with a random-init control) → predict →
+compare → report.
 
 A run folder holds one file per stage and a manifest ``run.json``. Each stage has a
 *key*: everything that determines its output (its settings and the keys of the stages it
@@ -9,9 +10,12 @@ settings is refused (naming the stage and the fields that differ) unless ``overw
     out/checkpoint/            train (or the user's checkpoint, for probe-checkpoint)
     out/acts.h5                activation cache of the trained model
     out/acts-random-init.h5    the same samples through a randomly initialised model
-    out/probes.h5              probe results with controls and observed sets
+    out/probes.h5              probe results with controls and observed sets (decodability)
+    out/flow.h5                local sensitivity of every state to every input (flow), on
+                               the probes' test samples
+    out/flow-random-init.h5    the same through the random-init model (flow's control)
     out/pred.h5                InfoFlow's predicted sets on the cache's samples
-    out/comparison.json        predicted vs observed (InfoFlow and attention rollout)
+    out/comparison.json        predicted vs observed, both instruments (InfoFlow, rollout)
     out/report/report.html     figures and numbers (written with comparison.json)
 """
 
@@ -27,17 +31,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from infoprobe.atomic import atomic_output
 from infoprobe.caching import cache_checkpoint
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
 from infoprobe.compare import write_comparisons
 from infoprobe.hooks import open_cache
+from infoprobe.influence import InfluenceSettings, influence_for_cache
 from infoprobe.infoflow import predict, write_sets
 from infoprobe.model import ModelConfig
+from infoprobe.probes.split import TEST, make_split
 from infoprobe.probing import ProbeSettings, run_probe
-from infoprobe.report.build import write_report
-from infoprobe.report.sources import checkpoint_history, load_sources, report_inputs
+from infoprobe.report.build import from_sources, write_report
 from infoprobe.rollout import RolloutConfig
+from infoprobe.sources import checkpoint_history, compare_sources, load_sources
 from infoprobe.tasks import task_from_dict
 from infoprobe.train import TrainConfig, train_and_save
 
@@ -58,9 +66,11 @@ class RunSettings:
     n_cache: samples cached and probed (split by sample into train/val/test by the probes).
     sites: hook sites cached (the probes read the layer residuals, the report and rollout
         the attention patterns).
-    probe: probe family for the position probes (``linear`` or ``mlp``).
+    probe: probe family for the position probes (``linear``, ``mlp`` or ``query``).
     batch_size: samples per forward pass when caching.
     rollout: also compare attention rollout (Abnar & Zuidema 2020) with the observations.
+    flow: measure flow (local sensitivity, and its random-init control) on the probes'
+        test samples, with ``influence`` settings (docs/influence.md).
     """
 
     n_cache: int = 8192
@@ -68,10 +78,14 @@ class RunSettings:
     probe: str = "linear"
     batch_size: int = 512
     rollout: bool = True
+    flow: bool = True
+    influence: InfluenceSettings = field(default_factory=InfluenceSettings)
     device: str = "cpu"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["influence"] = self.influence.to_dict()
+        return out
 
 
 @dataclass
@@ -124,6 +138,11 @@ class Stage:
     key: dict
     build: Callable[[Path], Any]
     resumable: bool = False  # build() itself resumes a partial output (the cache)
+    also_writes: tuple[str, ...] = ()  # further outputs: up to date only if all exist
+
+    def complete(self, folder: Path) -> bool:
+        """Whether every output of the stage exists in ``folder``."""
+        return all((folder / name).exists() for name in (self.output, *self.also_writes))
 
 
 class RunFolder:
@@ -171,11 +190,13 @@ class RunFolder:
             target = self.path / stage.output
             sha = key_sha(stage.key)
             recorded = self.manifest["stages"].get(stage.name)
-            if target.exists() and recorded and recorded["key_sha"] == sha:
+            if stage.complete(self.path) and recorded and recorded["key_sha"] == sha:
                 self.skipped.append(stage.name)
                 self._say(f"{label} up to date: {target}")
                 continue
-            if target.exists() and not stage.resumable:
+            if target.exists() and recorded and recorded["key_sha"] == sha:
+                pass  # recorded with this key, an output missing: rebuild in place
+            elif target.exists() and not stage.resumable:
                 self._replace_or_refuse(stage, target, recorded)
             elif target.exists() and recorded and recorded["key_sha"] != sha:
                 self._replace_or_refuse(stage, target, recorded)
@@ -236,27 +257,45 @@ def predict_for_cache(
     return write_sets(out, predict(task, arch), x, provenance, overwrite=overwrite)
 
 
+FLOW_FILES = ("flow.h5", "flow-random-init.h5")
+
+
 def compare_and_report(
     folder: Path, settings: RunSettings, ckpt_dir: Path, report_dir: Path
 ) -> Path:
     """Compare predicted and observed sets once; write comparison.json and the report."""
     rollout = RolloutConfig() if settings.rollout else None
     sources = load_sources(
-        folder / "pred.h5", folder / "probes.h5", cache_path=folder / "acts.h5", want_patterns=True
+        folder / "pred.h5",
+        folder / "probes.h5",
+        influence_paths=[folder / f for f in FLOW_FILES] if settings.flow else [],
+        cache_path=folder / "acts.h5",
+        want_patterns=True,
     )
     history, ckpt_prov = checkpoint_history(ckpt_dir, sources)
-    inputs = report_inputs(
+    compared = compare_sources(sources, rollout)
+    extra_prov = {f"checkpoint ({ckpt_dir})": ckpt_prov}
+    inputs = from_sources(
         sources,
-        rollout=rollout,
+        compared,
         history=history,
-        extra_provenance={f"checkpoint ({ckpt_dir})": ckpt_prov},
+        extra_provenance=extra_prov,
         notes={"training": _training_note(ckpt_prov)},
     )
-    comparisons = [inputs.comparison] + ([inputs.rollout] if inputs.rollout else [])
     write_comparisons(
-        folder / "comparison.json", comparisons, provenance=inputs.provenance, overwrite=True
+        folder / "comparison.json",
+        compared.comparisons,
+        extra=compared.extra(),
+        provenance=inputs.provenance,
+        overwrite=True,
     )
     return write_report(report_dir, inputs, overwrite=True)
+
+
+def test_rows(n: int, probe_settings: ProbeSettings) -> np.ndarray:
+    """The cache rows of the probes' test split (the split is decided by n and its seed)."""
+    split = make_split(n, probe_settings.fractions, probe_settings.split_seed)
+    return np.flatnonzero(split == TEST)
 
 
 def _training_note(ckpt_prov: dict) -> str:
@@ -284,8 +323,47 @@ def analysis_stages(
     control_key = {**cache_key, "random_init_seed": CONTROL_SEED}
     probe_settings = ProbeSettings(probe=settings.probe, device=settings.device)
     probe_key = {"cache": cache_key, "control": control_key, "settings": probe_settings.to_dict()}
-    report_key = {"probe": probe_key, "rollout": settings.rollout}
+    flow_settings = settings.influence
+    flow_key = {
+        "cache": cache_key,
+        "settings": flow_settings.to_dict(),
+        "rows": {"split": "test", "fractions": list(probe_settings.fractions),
+                 "split_seed": probe_settings.split_seed},
+    }  # fmt: skip
+    flow_control_key = {**flow_key, "random_init_seed": CONTROL_SEED}
+    report_key = {
+        "probe": probe_key,
+        "flow": [flow_key, flow_control_key] if settings.flow else None,
+        "rollout": settings.rollout,
+    }
     quiet = not folder.progress
+
+    def flow_stage(name: str, output: str, key: dict, seed: int | None) -> Stage:
+        return Stage(
+            name,
+            output,
+            key,
+            resumable=True,
+            build=lambda out: influence_for_cache(
+                ckpt_dir,
+                path / "acts.h5",
+                out,
+                settings=flow_settings,
+                random_init_seed=seed,
+                rows=test_rows(settings.n_cache, probe_settings),
+                device=settings.device,
+                progress=not quiet,
+            ),
+        )
+
+    flow_stages = (
+        [
+            flow_stage("flow", FLOW_FILES[0], flow_key, None),
+            flow_stage("flow-control", FLOW_FILES[1], flow_control_key, CONTROL_SEED),
+        ]
+        if settings.flow
+        else []
+    )
     return [
         Stage(
             "cache",
@@ -315,6 +393,7 @@ def analysis_stages(
                 progress=not quiet,
             ),
         ),
+        *flow_stages,
         Stage(
             "predict",
             "pred.h5",
@@ -326,6 +405,7 @@ def analysis_stages(
             "report",
             report_key,
             build=lambda out: compare_and_report(path, settings, ckpt_dir, out),
+            also_writes=("comparison.json",),
         ),
     ]
 
@@ -333,7 +413,6 @@ def analysis_stages(
 def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
     meta = read_checkpoint_meta(ckpt_dir)
     comparison = json.loads((folder.path / "comparison.json").read_text())
-    infoflow = comparison["comparisons"]["infoflow"]
     with open_cache(folder.path / "acts.h5") as cache:
         prediction = predict(
             task_from_dict(cache.spec["task"]), ModelConfig.from_dict(cache.model_config)
@@ -347,7 +426,7 @@ def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
         test_nmse=metrics.get("test_nmse"),
         verdict=prediction.verdict,
         exponent=str(prediction.exponent),
-        layer_verdicts=list(infoflow.get("verdicts", [])),
+        layer_verdicts=list(comparison.get("headline", [])),
         report=folder.path / "report" / "report.html",
         skipped=folder.skipped,
     )

@@ -31,5 +31,6 @@ def test_probe_checkpoint_then_compare_sets_examples(tmp_path):
     out = run_example("probe_checkpoint.py", "--out", str(run), "--steps", "30", "--n", "600")
     assert "InfoFlow: efficient" in out and (run / "report" / "report.html").is_file()
     out = run_example("compare_sets.py", str(run))
-    assert "== infoflow" in out and "== rollout" in out
-    assert out.count("violations,") == 3  # one line per layer 0..2
+    assert "== infoflow vs flow" in out and "== rollout vs decodability" in out
+    # one line per instrument (flow, its random-init control, decodability) and layer 0..2
+    assert out.count("violations,") == 9

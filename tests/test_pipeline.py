@@ -20,7 +20,7 @@ TASK = make_task("intrinsic-dim", T=5, D=2)
 MODEL = ModelConfig(d_in=4, n_ctx=5, d_model=16, heads=(2, 2), d_mlp=16, d_readout=8)
 TRAIN = TrainConfig(steps=40, batch_size=64, n_val=128, n_test=128, eval_every=20, lr=3e-3)
 SETTINGS = RunSettings(n_cache=600, batch_size=200)
-STAGES = ["train", "cache", "control", "probe", "predict", "compare"]
+STAGES = ["train", "cache", "control", "probe", "flow", "flow-control", "predict", "compare"]
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,8 @@ def test_every_stage_ran_once_and_wrote_its_output(run_dir):
         "acts.h5",
         "acts-random-init.h5",
         "probes.h5",
+        "flow.h5",
+        "flow-random-init.h5",
         "pred.h5",
         "comparison.json",
         "report/report.html",
@@ -47,7 +49,7 @@ def test_every_stage_ran_once_and_wrote_its_output(run_dir):
     ):
         assert (out / name).exists(), name
     assert [line.split("]")[0] for line in lines if "done in" in line] == [
-        f"[{i}/6" for i in range(1, 7)
+        f"[{i}/8" for i in range(1, 9)
     ]
     assert not list(out.glob("*.tmp-*"))
     assert summary.report == out / "report" / "report.html"
@@ -59,10 +61,37 @@ def test_summary_numbers_match_the_files(run_dir):
     assert summary.val_nmse == ck.meta["metrics"]["val_nmse"]
     assert summary.verdict == predict(TASK, MODEL).verdict == "efficient"
     comparison = json.loads((out / "comparison.json").read_text())
-    assert summary.layer_verdicts == comparison["comparisons"]["infoflow"]["verdicts"]
+    assert summary.layer_verdicts == comparison["headline"]
+    assert set(comparison["comparisons"]) == {"flow", "flow (random-init)", "decodability"}
     html = (out / "report" / "report.html").read_text()
     for verdict in summary.layer_verdicts:
         assert verdict.split(";")[0] in html
+    for layer, line in enumerate(summary.layer_verdicts):
+        flow = comparison["comparisons"]["flow"]["infoflow"]["per_sample"]["others"]
+        value = flow["auroc_per_layer"][layer]
+        assert line.startswith(f"layer {layer}: flow AUROC " + ("n/a" if value is None else ""))
+
+
+def test_flow_and_decodability_score_the_same_samples(run_dir):
+    from infoprobe.influence import read_influence
+    from infoprobe.probes.results import ProbeResults
+
+    out, _, _ = run_dir
+    test_index = ProbeResults.read(out / "probes.h5").test_index
+    for name in ("flow.h5", "flow-random-init.h5"):
+        np.testing.assert_array_equal(read_influence(out / name).sample_index, test_index)
+
+
+def test_a_deleted_comparison_is_rebuilt_on_rerun(run_dir, tmp_path):
+    out, _, _ = run_dir
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    before = json.loads((copy / "comparison.json").read_text())["comparisons"]
+    (copy / "comparison.json").unlink()
+    lines: list[str] = []
+    run_pipeline(copy, TASK, MODEL, TRAIN, SETTINGS, progress=False, log=lines.append)
+    assert json.loads((copy / "comparison.json").read_text())["comparisons"] == before
+    assert [line for line in lines if "running" in line] == ["[8/8] compare   running ..."]
 
 
 def test_predicted_sets_are_those_of_the_cached_samples(run_dir):
@@ -83,7 +112,7 @@ def test_rerun_skips_every_stage_and_changes_nothing(run_dir):
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     lines: list[str] = []
     run_pipeline(out, TASK, MODEL, TRAIN, SETTINGS, progress=False, log=lines.append)
-    assert all("up to date" in line for line in lines) and len(lines) == 6
+    assert all("up to date" in line for line in lines) and len(lines) == len(STAGES)
     assert stamps == {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
 
 
@@ -114,7 +143,7 @@ def test_changed_training_invalidates_everything_downstream_with_overwrite(run_d
     run_pipeline(
         copy, TASK, MODEL, other, SETTINGS, overwrite=True, progress=False, log=lines.append
     )
-    assert sum("done in" in line for line in lines) == 6
+    assert sum("done in" in line for line in lines) == len(STAGES)
     assert load_checkpoint(copy / "checkpoint").meta["train_config"]["steps"] == 20
 
 

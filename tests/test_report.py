@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 from PIL import Image
 
 from infoprobe.atomic import OutputExistsError
-from infoprobe.compare import CAVEAT, Observations, compare
+from infoprobe.compare import CAVEAT, Observations, compare, crosstab, headline
 from infoprobe.report import build as report_build
 from infoprobe.report.browser_check import check_report, find_chromium
 from infoprobe.report.build import ReportInputError, ReportInputs, write_report
@@ -41,20 +41,40 @@ def make_inputs(seed: int = 0) -> ReportInputs:
     prov = {"task": {"name": "intrinsic-dim", "params": {"T": T}}, "data_seed": 1, "n": N}
     obs = Observations(
         per_sample=errors < 0.5,
-        errors=errors,
+        sample_score=errors,
         aggregate=score >= 0.5,
         score=score,
         tau_sample=0.5,
         tau=0.5,
+        word="decodable",
         provenance=prov,
     )
+    flow_scores = np.where(predicted[..., :T], 0.3, 0.01) * rng.gamma(2.0, 0.5, errors.shape)
+    flow = Observations(
+        "flow",
+        per_sample=flow_scores >= 0.05,
+        sample_score=flow_scores,
+        aggregate=flow_scores.mean(1) >= 0.05,
+        score=flow_scores.mean(1),
+        member_when="above",
+        tau_sample=0.05,
+        tau=0.05,
+        word="carried",
+    )
     rollout = predict_rollout(patterns)
+    comparisons = {
+        o.instrument: {
+            "infoflow": compare(predicted, o, provenance=prov),
+            "rollout": compare(rollout.sets, o, name="rollout"),
+        }
+        for o in (flow, obs)
+    }
     return ReportInputs(
-        comparison=compare(predicted, obs, provenance=prov),
-        observations=obs,
+        comparisons=comparisons,
         predicted=predicted,
-        rollout=compare(rollout.sets, obs, name="rollout"),
         rollout_sets=rollout.sets,
+        table=crosstab(flow, obs),
+        headline=headline(comparisons),
         patterns=[p[[3, 7]] for p in patterns],
         pattern_samples=[3, 7],
         n_sample_views=2,
@@ -118,11 +138,14 @@ def test_report_folder_holds_summary_html_and_every_png(report):
     assert (out / "report.html").is_file() and (out / "summary.json").is_file()
     names = set(summary["figures"])
     assert {
+        "flow_grid",
+        "flow_cls_across_layers",
         "decodability_grid",
-        "cls_across_layers",
+        "decodability_cls_across_layers",
         "sample_3",
         "sample_7",
-        "tau_sweep",
+        "tau_sweep_flow",
+        "tau_sweep_decodability",
         "training_curve",
     } == names
     for meta in summary["figures"].values():
@@ -176,19 +199,28 @@ def test_numbers_in_html_match_summary_json(report):
             assert text == str(value), key
     shown = {key for key, _, _ in cells}
     for layer in range(3):
-        for name in ("agree", "violations", "omissions", "recall", "violation_rate"):
-            assert f"comparisons/infoflow/per_sample/per_layer/{name}/{layer}" in shown
+        for inst in ("flow", "decodability"):
+            for name in ("agree", "violations", "omissions", "recall", "violation_rate"):
+                for scope in ("others", "own"):
+                    key = f"comparisons/{inst}/infoflow/per_sample/{scope}/per_layer/{name}/{layer}"
+                    assert key in shown
+        for part in ("both", "first_only", "second_only", "neither"):
+            assert f"crosstab/{part}/{layer}" in shown
 
 
 def test_summary_holds_the_comparisons_numbers_verdicts_caveat_and_provenance(report):
     inputs, _, html, summary = report
-    infoflow = summary["comparisons"]["infoflow"]
-    layer = inputs.comparison.per_sample.per_layer
-    assert infoflow["per_sample"]["per_layer"]["violations"] == layer.violations.tolist()
-    assert infoflow["per_sample"]["per_layer"]["omissions"] == layer.omissions.tolist()
-    assert summary["caveat"] == CAVEAT and "Decodable is not used" in html
-    for verdict in infoflow["verdicts"] + summary["comparisons"]["rollout"]["verdicts"]:
-        assert verdict in html
+    for inst in ("flow", "decodability"):
+        infoflow = summary["comparisons"][inst]["infoflow"]
+        layer = inputs.comparisons[inst]["infoflow"].per_sample["others"].per_layer
+        others = infoflow["per_sample"]["others"]["per_layer"]
+        assert others["violations"] == layer.violations.tolist()
+        assert others["omissions"] == layer.omissions.tolist()
+        for verdict in infoflow["verdicts"] + summary["comparisons"][inst]["rollout"]["verdicts"]:
+            assert verdict in html
+    assert summary["caveat"] == CAVEAT and "Observed is not used" in html
+    assert summary["headline"] == list(inputs.headline) and summary["headline"][1] in html
+    assert summary["crosstab"]["both"] == inputs.table.both.tolist()
     assert set(summary["provenance"]) == {"predicted sets", "probe results", "report"}
     assert len(summary["provenance"]["report"]["inputs_sha256"]) == 64
     assert summary["training"]["best_val_nmse"] == pytest.approx(0.2)
@@ -241,20 +273,20 @@ def test_report_inputs_are_validated():
     inputs = make_inputs(seed=2)
     with pytest.raises(ReportInputError, match="pattern_samples"):
         ReportInputs(
-            inputs.comparison,
-            inputs.observations,
+            inputs.comparisons,
             inputs.predicted,
             patterns=inputs.patterns,
             pattern_samples=[3, 99],
         )
     with pytest.raises(ReportInputError, match="one array per block"):
         ReportInputs(
-            inputs.comparison,
-            inputs.observations,
+            inputs.comparisons,
             inputs.predicted,
             patterns=inputs.patterns[:1],
             pattern_samples=[3, 7],
         )
+    with pytest.raises(ReportInputError, match="'infoflow'"):
+        ReportInputs({"flow": {"rollout": inputs.comparisons["flow"]["rollout"]}}, inputs.predicted)
 
 
 @pytest.mark.skipif(
@@ -356,17 +388,28 @@ def test_compare_cli_matches_the_array_api(pipeline_files, capsys):
         root / "cmp.json",
     )
     printed = capsys.readouterr().out
-    assert code == 0 and "rollout:" in printed and "Decodable is not used" in printed
+    assert code == 0 and "rollout vs decodability:" in printed and "Observed is not used" in printed
     saved = json.loads((root / "cmp.json").read_text())
-    assert set(saved["comparisons"]) == {"infoflow", "rollout"}
-    # independent path: read the files by hand, align the test samples, compare the arrays
+    assert set(saved["comparisons"]) == {"decodability"}
+    assert set(saved["comparisons"]["decodability"]) == {"infoflow", "rollout"}
+    assert saved["heads"]["heads"] and saved["headline"]
+    # independent path: read the files by hand, align the test samples, correct each
+    # sample's error by its own mean-predictor error, threshold at 0.5, leave own cells out
     results = ProbeResults.read(root / "probes.h5")
-    sets = read_sets(root / "pred.h5").sets[:, results.test_index]
-    observed = results.observed[("positions", "per_sample")][..., :T]
-    direct = compare(sets, Observations(per_sample=observed)).per_sample.per_layer
-    infoflow = saved["comparisons"]["infoflow"]["per_sample"]["per_layer"]
-    assert infoflow["violations"] == direct.violations.tolist()
-    assert infoflow["omissions"] == direct.omissions.tolist()
+    pred_file = read_sets(root / "pred.h5")
+    sets = pred_file.sets[:, results.test_index, :, :T]
+    x = pred_file.x[results.test_index].astype(np.float64)
+    dev = ((x - x.mean(0)) ** 2).sum(-1)
+    errors = results.per_sample[("positions", "linear", "none")]
+    observed = errors / (dev / dev.mean(0))[None, :, None, :] < 0.5
+    own = np.eye(T + 1, T, dtype=bool)
+    infoflow = saved["comparisons"]["decodability"]["infoflow"]["per_sample"]["others"]
+    assert infoflow["per_layer"]["violations"] == [
+        int((observed[l] & ~sets[l] & ~own).sum()) for l in range(len(sets))
+    ]
+    assert infoflow["per_layer"]["omissions"] == [
+        int((~observed[l] & sets[l] & ~own).sum()) for l in range(len(sets))
+    ]
 
 
 def test_report_cli_writes_a_report_whose_numbers_match_compare(pipeline_files, capsys):
@@ -390,16 +433,17 @@ def test_report_cli_writes_a_report_whose_numbers_match_compare(pipeline_files, 
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["figures"]) == {
         "decodability_grid",
-        "cls_across_layers",
+        "decodability_cls_across_layers",
         "sample_0",
-        "tau_sweep",
+        "tau_sweep_decodability",
         "training_curve",
     }
     assert summary["training"]["final_val_nmse"] == 0.125
     assert cli("compare", root / "pred.h5", root / "probes.h5", "--out", root / "plain.json") == 0
-    plain = json.loads((root / "plain.json").read_text())["comparisons"]["infoflow"]
-    assert summary["comparisons"]["infoflow"]["per_sample"] == plain["per_sample"]
-    assert summary["comparisons"]["infoflow"]["verdicts"] == plain["verdicts"]
+    plain = json.loads((root / "plain.json").read_text())["comparisons"]["decodability"]
+    ours = summary["comparisons"]["decodability"]["infoflow"]
+    assert ours["per_sample"] == plain["infoflow"]["per_sample"]
+    assert ours["verdicts"] == plain["infoflow"]["verdicts"]
 
 
 def test_cli_refuses_mismatched_inputs(tmp_path, pipeline_files, capsys):

@@ -4,27 +4,41 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.compare import CAVEAT, Comparison, write_comparisons
+from infoprobe.compare import CAVEAT, write_comparisons
 from infoprobe.errors import UsageError
-from infoprobe.report.sources import compare_sources, load_sources
 from infoprobe.rollout import HEAD_FUSIONS, RolloutConfig
+from infoprobe.sources import Compared, Sources, compare_sources, load_sources
 
 DESCRIPTION = """\
-Compare InfoFlow's predicted information sets I_pred(t, l) with the sets the probes
-observed I_obs(t, l), on the probes' test samples: per layer, recall (predicted positions
-that are decodable), violations (decodable positions InfoFlow says cannot be there) and
-omissions (predicted, not decodable) reported apart, precision, Jaccard, and the
-threshold-free AUROC of the continuous decodability against predicted membership.
+Compare InfoFlow's predicted information sets I_pred(t, l) with the sets two instruments
+observe, on the same samples:
 
-The files must come from the same task, data seed, samples and model: the command refuses
-mismatched provenance. With --cache (the activation cache the probes were fitted on) the
-input samples are compared exactly, and --rollout adds attention rollout (Abnar & Zuidema
-2020) as a second predictor. Decodable is not used: see docs/report.md."""
+  flow          (--influence FILE, from `infoprobe influence`): does token t's state move
+                when x(s) moves? Local sensitivity, or resample ablation; a file made
+                with --random-init is shown as that instrument's control.
+  decodability  (PROBES.h5, from `infoprobe probe`): can a probe recover x(s) from the
+                state? Scored per sample against that sample's own baseline.
+
+Per layer and instrument: the threshold-free AUROC of the instrument's score against
+predicted membership (the headline), recall (predicted positions observed), violations
+(observed where InfoFlow says they cannot be) and omissions (predicted, not observed)
+reported apart, precision and Jaccard. Each token's own position is always predicted and
+is reported apart. With both instruments, every (sample, token, position) is counted by
+what the two saw: flowing but not decodable is compression; decodable without flow
+should be near zero.
+
+The files must come from the same task, data seed, samples and model: mismatched
+provenance is refused. With --cache the inputs are compared exactly, --rollout adds
+attention rollout (Abnar & Zuidema 2020) as a second predictor, and each head's observed
+mode is read from the attention patterns beside InfoFlow's program. Observed is not
+used: see docs/report.md."""
 
 EPILOG = """\
 examples:
-  infoprobe compare pred.h5 probes.h5
-  infoprobe compare pred.h5 probes.h5 --cache acts.h5 --rollout --out comparison.json
+  infoprobe compare pred.h5 probes.h5 --influence flow.h5
+  infoprobe compare pred.h5 --influence flow.h5 --influence flow-random-init.h5
+  infoprobe compare pred.h5 probes.h5 --influence flow.h5 --cache acts.h5 --rollout \\
+      --out comparison.json
   infoprobe compare pred.h5 probes.h5 --cache acts.h5 --rollout --head-fusion max \\
       --rollout-weight 0.7 --rollout-threshold 0.5
 """
@@ -33,13 +47,27 @@ examples:
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """Input files, probe choice and rollout options (shared with ``infoprobe report``)."""
     parser.add_argument("pred", metavar="PRED.h5", help="predicted sets (infoprobe predict --out)")
-    parser.add_argument("probes", metavar="PROBES.h5", help="probe results (infoprobe probe)")
+    parser.add_argument(
+        "probes",
+        metavar="PROBES.h5",
+        nargs="?",
+        default=None,
+        help="probe results (infoprobe probe): the decodability instrument",
+    )
+    parser.add_argument(
+        "--influence",
+        metavar="FLOW.h5",
+        action="append",
+        default=[],
+        help="influence file (infoprobe influence): the flow instrument; repeat for its "
+        "random-init control or for resample ablation",
+    )
     parser.add_argument(
         "--cache",
         metavar="ACTS.h5",
         default=None,
-        help="activation cache the probes were fitted on: exact input check, attention "
-        "patterns for --rollout and the per-sample view",
+        help="activation cache the instruments were computed on: exact input check, "
+        "attention patterns for --rollout, the head table and the per-sample view",
     )
     parser.add_argument(
         "--probe",
@@ -83,12 +111,20 @@ def rollout_config_from_args(args: argparse.Namespace) -> RolloutConfig | None:
     return RolloutConfig(args.rollout_weight, args.head_fusion, args.rollout_threshold)
 
 
-def print_verdicts(comparisons: list[Comparison]) -> None:
-    """Each predictor's verdict per layer, then the caveat."""
-    for comparison in comparisons:
-        print(f"{comparison.name}:")
-        for verdict in comparison.verdicts:
-            print(f"  {verdict}")
+def print_comparison(compared: Compared) -> None:
+    """The headline per layer, each comparison's verdicts, then the caveat."""
+    print("headline (own positions left out):")
+    for line in compared.headline():
+        print(f"  {line}")
+    for instrument, by_predictor in compared.comparisons.items():
+        for name, comparison in by_predictor.items():
+            print(f"{name} vs {instrument}:")
+            for verdict in comparison.verdicts:
+                print(f"  {verdict}")
+    if compared.heads is not None:
+        print("observed program:")
+        for line in compared.heads.lines():
+            print(f"  {line}")
     print(f"caveat: {CAVEAT}")
 
 
@@ -108,14 +144,19 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def sources_from_args(args: argparse.Namespace, *, want_patterns: bool):
+def sources_from_args(
+    args: argparse.Namespace, *, want_patterns: bool
+) -> tuple[RolloutConfig | None, Sources]:
     """(rollout config or None, loaded :class:`Sources`) from the shared source options."""
     rollout = rollout_config_from_args(args)
     if rollout is not None and args.cache is None:
         raise UsageError("--rollout needs --cache ACTS.h5 (the attention patterns)")
+    if args.probes is None and not args.influence:
+        raise UsageError("nothing to compare: give PROBES.h5 and/or --influence FLOW.h5")
     sources = load_sources(
         args.pred,
         args.probes,
+        influence_paths=args.influence,
         cache_path=args.cache,
         probe=args.probe,
         score=args.score,
@@ -125,16 +166,22 @@ def sources_from_args(args: argparse.Namespace, *, want_patterns: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    rollout, sources = sources_from_args(args, want_patterns=False)
-    infoflow, rolled, _ = compare_sources(sources, rollout)
-    comparisons = [infoflow] + ([rolled] if rolled is not None else [])
+    rollout, sources = sources_from_args(args, want_patterns=args.cache is not None)
+    compared = compare_sources(sources, rollout)
     print(
-        f"compared {sources.predicted.shape[1]} test samples, {sources.predicted.shape[0]} layers"
+        f"compared {sources.predicted.shape[1]} samples, {sources.predicted.shape[0]} layers, "
+        f"instruments: {', '.join(sources.instruments)}"
     )
-    print_verdicts(comparisons)
+    for note in sources.notes:
+        print(f"note: {note}")
+    print_comparison(compared)
     if args.out is not None:
         path = write_comparisons(
-            args.out, comparisons, provenance=sources.provenance, overwrite=args.overwrite
+            args.out,
+            compared.comparisons,
+            extra=compared.extra(),
+            provenance=sources.provenance,
+            overwrite=args.overwrite,
         )
         print(f"wrote {path}")
     return 0

@@ -11,8 +11,10 @@ DESCRIPTION = """\
 The toolkit's point in one run (about 3 minutes on an idle 2-core CPU): two models on the
 intrinsic-dimension task (D=2, T=16), one with (2,2) heads, which InfoFlow calls
 efficient, and one with (1,2), which it calls inefficient. Each is trained, cached,
-probed (with a random-init control), predicted, compared and reported; index.html shows
-them side by side. Re-running resumes; finished stages are skipped."""
+probed and measured by flow (each with a random-init control), predicted, compared and
+reported; index.html shows them side by side. Each layer's line leads with the flow AUROC
+against InfoFlow's sets (random-init control in brackets) and the decodability AUROC.
+Re-running resumes; finished stages are skipped."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.commands.compare import add_source_arguments, print_verdicts, sources_from_args
-from infoprobe.report.build import write_report
-from infoprobe.report.sources import checkpoint_history, report_inputs
+from infoprobe.commands.compare import add_source_arguments, print_comparison, sources_from_args
+from infoprobe.report.build import from_sources, write_report
+from infoprobe.sources import checkpoint_history, compare_sources
 
 DESCRIPTION = """\
 Write a report folder: summary.json (every number and the provenance of every input
 file), one PNG per figure, and report.html, a single self-contained page (figures
-embedded) that opens in a browser without a server. Figures: the decodability grid per
-layer with InfoFlow's predicted membership and the violations marked, the CLS row across
-layers, a per-sample view (predicted vs observed sets beside each head's attention;
-needs --cache), agreement as the threshold τ moves, and the training curve (needs
---checkpoint). With --rollout, attention rollout is shown beside InfoFlow.
+embedded) that opens in a browser without a server. It shows every instrument (flow from
+--influence files, decodability from PROBES.h5) against InfoFlow: the headline AUROC per
+layer with controls beside, the flow x decodability table per sample, the observed
+program per head (needs --cache), a grid per instrument with InfoFlow's predicted
+membership and the violations marked, the CLS row across layers, a per-sample view
+(predicted vs observed sets beside each head's attention; needs --cache), agreement as
+the threshold τ moves, and the training curve (needs --checkpoint). With --rollout,
+attention rollout is shown beside InfoFlow.
 
 The folder is built under OUT.tmp-<pid> and renamed when complete. Check it in a real
 browser with: python -m infoprobe.report.browser_check OUT"""
 
 EPILOG = """\
 examples:
-  infoprobe report pred.h5 probes.h5 --out runs/demo/report
-  infoprobe report pred.h5 probes.h5 --cache acts.h5 --checkpoint runs/demo/model \\
-      --rollout --out runs/demo/report --overwrite
+  infoprobe report pred.h5 probes.h5 --influence flow.h5 --out runs/demo/report
+  infoprobe report pred.h5 probes.h5 --influence flow.h5 --influence flow-random-init.h5 \\
+      --cache acts.h5 --checkpoint runs/demo/model --rollout --out runs/demo/report
 """
 
 
@@ -59,15 +62,16 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         history, ckpt_prov = checkpoint_history(args.checkpoint, sources)
         extra[f"checkpoint ({args.checkpoint})"] = ckpt_prov
-    inputs = report_inputs(
+    compared = compare_sources(sources, rollout)
+    inputs = from_sources(
         sources,
-        rollout=rollout,
+        compared,
         history=history,
         n_sample_views=args.samples,
         title=args.title,
         extra_provenance=extra,
     )
     path = write_report(args.out, inputs, overwrite=args.overwrite)
-    print_verdicts([c for c in (inputs.comparison, inputs.rollout) if c is not None])
+    print_comparison(compared)
     print(f"report: {path}")
     return 0

@@ -2,8 +2,8 @@
 
 - :mod:`infoprobe.report.figures`: matplotlib figures (each function returns a Figure).
 - :mod:`infoprobe.report.html`: the page, figures inlined as base64 PNG.
-- :mod:`infoprobe.report.build`: :class:`ReportInputs` and :func:`write_report`.
-- :mod:`infoprobe.report.sources`: pipeline files → comparisons and report inputs.
+- :mod:`infoprobe.report.build`: :class:`ReportInputs` (from loaded sources:
+  :func:`~infoprobe.report.build.from_sources`) and :func:`write_report`.
 - :mod:`infoprobe.report.browser_check`: open a report in headless Chromium.
 """
 

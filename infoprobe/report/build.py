@@ -20,15 +20,18 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from infoprobe import __version__
+from infoprobe.agreement import TauSweep
 from infoprobe.atomic import atomic_output
-from infoprobe.compare import CAVEAT, Comparison, Observations, TauSweep, jsonable
+from infoprobe.compare import CAVEAT, Comparison, Crosstab, Observations
+from infoprobe.jsonable import jsonable
 from infoprobe.report import figures
 from infoprobe.report.html import render_html
+from infoprobe.sources import Compared, Sources
 
 SUMMARY = "summary.json"
 HTML = "report.html"
 FORMAT = "infoprobe.report"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class ReportInputError(ValueError):
@@ -39,11 +42,14 @@ class ReportInputError(ValueError):
 class ReportInputs:
     """Everything a report shows.
 
-    comparison: InfoFlow's :class:`~infoprobe.compare.Comparison` with ``observations``.
-    observations: the probes' :class:`~infoprobe.compare.Observations` (arrays for figures).
+    comparisons: instrument → predictor → :class:`~infoprobe.compare.Comparison` (each
+    holds its instrument's :class:`~infoprobe.compare.Observations`, arrays for figures);
+    InfoFlow is predictor "infoflow", the first instrument is the primary one.
     predicted: bool [L+1, n, T+1, T+1] InfoFlow sets, samples aligned with observations.
-    rollout / rollout_sets: optional second predictor (its Comparison, and its sets
-    [L+1, n, T+1, T+1] for the per-sample view), shown beside InfoFlow.
+    rollout_sets: optional second predictor's sets [L+1, n, T+1, T+1] (per-sample view).
+    table: flow × decodability per sample (:class:`~infoprobe.compare.Crosstab`) or None.
+    heads: the observed program (anything with ``to_dict()``, see infoprobe.heads) or None.
+    headline: one line per layer (every instrument's AUROC, controls beside).
     patterns: per block b, float [k, h_b, T+1, T+1] attention patterns of k samples;
     pattern_samples: their indices on the n axis (length k). Empty: no attention panels.
     n_sample_views: how many per-sample figures (the first of pattern_samples, else 0..).
@@ -52,11 +58,12 @@ class ReportInputs:
     title, notes: page title and extra facts shown at the top (task, architecture, ...).
     """
 
-    comparison: Comparison
-    observations: Observations
+    comparisons: Mapping[str, Mapping[str, Comparison]]
     predicted: np.ndarray
-    rollout: Comparison | None = None
     rollout_sets: np.ndarray | None = None
+    table: Crosstab | None = None
+    heads: Any = None
+    headline: Sequence[str] = ()
     patterns: Sequence[np.ndarray] = ()
     pattern_samples: Sequence[int] = ()
     n_sample_views: int = 3
@@ -67,6 +74,11 @@ class ReportInputs:
 
     def __post_init__(self) -> None:
         self.predicted = np.asarray(self.predicted)
+        if not self.comparisons or any("infoflow" not in c for c in self.comparisons.values()):
+            raise ReportInputError(
+                "comparisons: expected instrument → predictor → Comparison with predictor "
+                f"'infoflow' for every instrument, got {_layout(self.comparisons)}"
+            )
         layers, n, tokens, _ = self.predicted.shape
         if self.rollout_sets is not None and self.rollout_sets.shape != self.predicted.shape:
             raise ReportInputError(
@@ -89,12 +101,14 @@ class ReportInputs:
         if bad:
             raise ReportInputError(f"pattern_samples: indices {bad} outside 0..{n - 1}")
 
-    def comparisons(self) -> dict[str, Comparison]:
-        """Predictor name → comparison, InfoFlow first."""
-        found = {self.comparison.name: self.comparison}
-        if self.rollout is not None:
-            found[self.rollout.name] = self.rollout
-        return found
+    @property
+    def primary(self) -> Comparison:
+        """InfoFlow against the first instrument."""
+        return next(iter(self.comparisons.values()))["infoflow"]
+
+    def instruments(self) -> dict[str, Observations]:
+        """Instrument name → its observations."""
+        return {k: v["infoflow"].observations for k, v in self.comparisons.items()}
 
     def sample_indices(self) -> list[int]:
         """Samples drawn in the per-sample view."""
@@ -102,19 +116,59 @@ class ReportInputs:
         return [int(i) for i in pool[: self.n_sample_views]]
 
 
+def _layout(comparisons: Any) -> str:
+    try:
+        return str({k: sorted(v) for k, v in dict(comparisons).items()})
+    except (TypeError, ValueError, AttributeError):
+        return repr(type(comparisons))
+
+
+def from_sources(
+    sources: Sources,
+    compared: Compared,
+    *,
+    history: Sequence[Mapping[str, Any]] | None = None,
+    n_sample_views: int = 3,
+    title: str | None = None,
+    notes: Mapping[str, Any] | None = None,
+    extra_provenance: Mapping[str, Mapping[str, Any]] | None = None,
+) -> ReportInputs:
+    """Report inputs from loaded :class:`~infoprobe.sources.Sources` and what was compared."""
+    shown = list(range(min(n_sample_views, sources.predicted.shape[1])))
+    task, arch = sources.sets_file.task, sources.sets_file.arch
+    default_notes = {
+        "task": task.get("name"),
+        "task parameters": ", ".join(f"{k}={v}" for k, v in task.get("params", {}).items()),
+        "heads per layer": ", ".join(map(str, arch.get("heads", []))) or None,
+        "InfoFlow verdict": sources.sets_file.prediction.get("verdict"),
+        "samples compared": int(sources.predicted.shape[1]),
+        "instruments": ", ".join(sources.instruments),
+        "alignment": "; ".join(sources.notes) or None,
+    }
+    return ReportInputs(
+        comparisons=compared.comparisons,
+        predicted=sources.predicted,
+        rollout_sets=None if compared.rollout is None else compared.rollout.sets,
+        table=compared.table,
+        heads=compared.heads,
+        headline=compared.headline(),
+        patterns=[] if sources.patterns is None else [p[shown] for p in sources.patterns],
+        pattern_samples=shown if sources.patterns is not None else [],
+        n_sample_views=n_sample_views,
+        history=history or [],
+        provenance={**sources.provenance, **(extra_provenance or {})},
+        title=title or f"infoprobe report: {task.get('name', 'task')}",
+        notes={**{k: v for k, v in default_notes.items() if v is not None}, **(notes or {})},
+    )
+
+
 def inputs_sha256(inputs: ReportInputs) -> str:
     """Content hash of the arrays a report is made of (shapes, dtypes and bytes)."""
     digest = hashlib.sha256()
-    obs = inputs.observations
-    arrays = [
-        inputs.predicted,
-        obs.per_sample,
-        obs.errors,
-        obs.aggregate,
-        obs.score,
-        inputs.rollout_sets,
-        *inputs.patterns,
-    ]
+    arrays: list[np.ndarray | None] = [inputs.predicted]
+    for obs in inputs.instruments().values():
+        arrays += [obs.per_sample, obs.sample_score, obs.aggregate, obs.score]
+    arrays += [inputs.rollout_sets, *inputs.patterns]
     for array in arrays:
         if array is None:
             digest.update(b"none")
@@ -125,71 +179,78 @@ def inputs_sha256(inputs: ReportInputs) -> str:
     return digest.hexdigest()
 
 
-def _sweeps(comparisons: Mapping[str, Comparison]) -> tuple[dict[str, TauSweep], str]:
-    per_sample = {
-        n: c.per_sample.sweep
-        for n, c in comparisons.items()
-        if c.per_sample is not None and c.per_sample.sweep is not None
-    }
-    if per_sample:
-        return per_sample, "per-sample error"
-    aggregate = {
-        n: c.aggregate.sweep
-        for n, c in comparisons.items()
-        if c.aggregate is not None and c.aggregate.sweep is not None
-    }
-    return aggregate, "aggregate score"
+def _sweeps(by_predictor: Mapping[str, Comparison]) -> tuple[dict[str, TauSweep], str]:
+    """Predictor → the "others" sweep of one instrument (per-sample when it has one)."""
+    for part, what in (("per_sample", "per-sample"), ("aggregate", "aggregate")):
+        found = {
+            name: getattr(c, part)["others"].sweep
+            for name, c in by_predictor.items()
+            if getattr(c, part) is not None and getattr(c, part)["others"].sweep is not None
+        }
+        if found:
+            return found, what
+    return {}, ""
+
+
+def _file_name(instrument: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in instrument).strip("_")
 
 
 def build_figures(inputs: ReportInputs) -> dict[str, tuple[Figure, str, str]]:
     """Figure name → (figure, title, caption) for every figure the inputs allow."""
-    obs, comp = inputs.observations, inputs.comparison
     out: dict[str, tuple[Figure, str, str]] = {}
+    membership = inputs.primary.membership
     marks = (
         "White outlines: positions InfoFlow predicts in every sample; white dots: in "
-        "some samples (area = share); red crosses: violations (decodable, never "
-        "predicted)."
+        "some samples (area = share); red crosses: violations (observed, never predicted)."
     )
-    if obs.score is not None:
-        out["decodability_grid"] = (
+    for name, obs in inputs.instruments().items():
+        if obs.score is None or obs.control_of is not None:
+            continue
+        stem = _file_name(name)
+        out[f"{stem}_grid"] = (
             figures.decodability_grid(
-                obs.score, comp.membership, obs.aggregate, score_name=obs.score_name
+                obs.score, membership, obs.aggregate, score_name=obs.score_name
             ),
-            "Decodability grid",
-            f"{obs.score_name} of a probe decoding x(s) (x axis) from token t's state (y axis) "
-            f"at each layer. {marks} Decodable is not used.",
+            f"{name.capitalize()} grid",
+            f"{obs.score_name} ({name}) for input position s (x axis) in token t's state "
+            f"(y axis) at each layer. {marks} Observed is not used.",
         )
-        out["cls_across_layers"] = (
+        out[f"{stem}_cls_across_layers"] = (
             figures.cls_across_layers(
-                obs.score, comp.membership, obs.aggregate, score_name=obs.score_name
+                obs.score, membership, obs.aggregate, score_name=obs.score_name
             ),
-            "CLS across layers",
-            f"The CLS token's row of the grid at every layer (layer on y, position on x). {marks}",
+            f"CLS across layers ({name})",
+            f"The CLS token's row of the {name} grid at every layer (layer on y, position "
+            f"on x). {marks}",
         )
+    primary = inputs.primary.observations
     for row, sample in enumerate(inputs.sample_indices()):
         extra = None
-        if inputs.rollout_sets is not None and inputs.rollout is not None:
-            extra = {inputs.rollout.name: inputs.rollout_sets[:, sample]}
+        if inputs.rollout_sets is not None:
+            extra = {"rollout": inputs.rollout_sets[:, sample]}
         patterns = [p[row] for p in inputs.patterns] if inputs.patterns else ()
-        observed = None if obs.per_sample is None else obs.per_sample[:, sample]
+        observed = None if primary.per_sample is None else primary.per_sample[:, sample]
         out[f"sample_{sample}"] = (
             figures.sample_view(
                 inputs.predicted[:, sample], observed, patterns, sample=sample, extra_sets=extra
             ),
             f"Sample {sample}",
-            "Per-sample sets for one test sample: InfoFlow's predicted set (blue), the "
-            "observed set against it (green agree, grey omission, red violation) and the "
-            "attention pattern of every head of the block producing that layer.",
+            f"Per-sample sets for one compared sample: InfoFlow's predicted set (blue), the "
+            f"set observed by {primary.instrument} against it (green agree, grey omission, "
+            "red violation) and the attention pattern of every head of the block producing "
+            "that layer.",
         )
-    sweeps, what = _sweeps(inputs.comparisons())
-    if sweeps:
-        out["tau_sweep"] = (
-            figures.tau_sweep_figure(sweeps),
-            "Threshold sweep",
-            f"Precision, recall and violation rate as the {what} threshold τ moves, per "
-            "layer (colour) and predictor (line style); the dashed line is the τ fixed "
-            "before the comparison.",
-        )
+    for name, by_predictor in inputs.comparisons.items():
+        sweeps, what = _sweeps(by_predictor)
+        if sweeps:
+            out[f"tau_sweep_{_file_name(name)}"] = (
+                figures.tau_sweep_figure(sweeps),
+                f"Threshold sweep ({name})",
+                f"Precision, recall and violation rate of {name} ({what}, own positions "
+                "left out) as the threshold τ moves, per layer (colour) and predictor (line "
+                "style); the dashed line is the τ fixed before the comparison.",
+            )
     if any(h.get("val_nmse") is not None for h in inputs.history):
         out["training_curve"] = (
             figures.training_curve(inputs.history),
@@ -229,7 +290,13 @@ def build_summary(inputs: ReportInputs, figure_meta: Mapping[str, Mapping[str, s
             "title": inputs.title,
             "notes": dict(inputs.notes),
             "caveat": CAVEAT,
-            "comparisons": {n: c.to_dict() for n, c in inputs.comparisons().items()},
+            "headline": list(inputs.headline),
+            "comparisons": {
+                inst: {pred: c.to_dict() for pred, c in by_pred.items()}
+                for inst, by_pred in inputs.comparisons.items()
+            },
+            "crosstab": None if inputs.table is None else inputs.table.to_dict(),
+            "heads": None if inputs.heads is None else inputs.heads.to_dict(),
             "training": _training_summary(inputs.history),
             "figures": dict(figure_meta),
             "provenance": {

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from infoprobe.compare import TauSweep
+from infoprobe.agreement import TauSweep
 
 PREDICTED_EDGE = "white"
 VIOLATION_COLOR = "#e8112d"
@@ -61,7 +61,7 @@ def _overlay_sets(ax: Axes, membership: np.ndarray, observed: np.ndarray | None)
     """Mark predicted membership and violations on a [rows, T] heatmap.
 
     always-predicted cells: white outline; sometimes-predicted: white dot whose area grows
-    with the fraction of samples; violations (decodable, never predicted): red cross.
+    with the fraction of samples; violations (observed, never predicted): red cross.
     """
     rows, cols = np.nonzero(membership >= 1.0)
     for r, c in zip(rows, cols, strict=True):
@@ -101,7 +101,7 @@ def _overlay_legend(fig: Figure, ncol: int = 3) -> None:
             linestyle="none",
             color=VIOLATION_COLOR,
             markeredgewidth=2,
-            label="violation: decodable, never predicted",
+            label="violation: observed, never predicted",
         ),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=ncol, frameon=False, fontsize=9)
@@ -116,7 +116,7 @@ def decodability_grid(
     vmin: float = 0.0,
     vmax: float = 1.0,
 ) -> Figure:
-    """One heatmap per layer of the decodability score, predicted membership overlaid.
+    """One heatmap per layer of an aggregate score (R², mean flow), predicted membership overlaid.
 
     score: float [L+1, T+1, T] (layer, token, position); membership: float [L+1, T+1, T]
     fraction of samples in which s ∈ I_pred(t, l); observed: bool [L+1, T+1, T] aggregate
@@ -287,9 +287,9 @@ def sample_view(
         )
     handles = [
         Patch(color=PREDICTED_COLOR, label="predicted"),
-        Patch(color=AGREE_COLOR, label="predicted and decodable"),
-        Patch(color=OMISSION_COLOR, label="omission: predicted, not decodable"),
-        Patch(color=VIOLATION_COLOR, label="violation: decodable, not predicted"),
+        Patch(color=AGREE_COLOR, label="predicted and observed"),
+        Patch(color=OMISSION_COLOR, label="omission: predicted, not observed"),
+        Patch(color=VIOLATION_COLOR, label="violation: observed, not predicted"),
     ]
     fig.legend(
         handles=handles,
@@ -308,8 +308,8 @@ def sample_view(
 
 SWEEP_METRICS = (
     ("precision", "precision (observed that are predicted)"),
-    ("recall", "recall (predicted that are decodable)"),
-    ("violation_rate", "violation rate (non-predicted decodable)"),
+    ("recall", "recall (predicted that are observed)"),
+    ("violation_rate", "violation rate (non-predicted observed)"),
 )
 
 
@@ -352,11 +352,11 @@ def tau_sweep_figure(sweeps: Mapping[str, TauSweep], *, value_name: str = "τ") 
         ax.set_title(label, fontsize=10)
         ax.set_ylim(-0.03, 1.03)
         ax.grid(alpha=0.3)
-        if first.decodable_when == "below":
+        taus = first.taus
+        if taus.min() > 0 and taus.max() / taus.min() > 20:
             ax.set_xscale("log")
-            ax.set_xlabel(f"{value_name}: decodable when per-sample error < τ")
-        else:
-            ax.set_xlabel(f"{value_name}: decodable when score ≥ τ")
+        relation = "<" if first.member_when == "below" else "≥"
+        ax.set_xlabel(f"{value_name}: observed when the value {relation} τ")
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
     fig.suptitle("Agreement as the membership threshold τ moves (dashed line: the fixed τ)")
     return fig

@@ -64,34 +64,45 @@ window.addEventListener("load", function () {
 DEFINITIONS = (
     (
         "P, O",
-        "predicted set I_pred(t, l) and observed (decodable) set I_obs(t, l), data "
+        "predicted set I_pred(t, l) and the set I_obs(t, l) an instrument observed, data "
         "positions 0..T-1 only (CLS carries no input).",
     ),
-    ("agree", "|P ∩ O|: predicted and decodable."),
+    (
+        "instruments",
+        "flow: h(t, l) moves when x(s) is nudged (local sensitivity) or redrawn (resample "
+        "ablation); decodability: a probe recovers x(s) from h(t, l), scored per sample "
+        "against that sample's own baseline (the error of predicting the mean).",
+    ),
+    (
+        "own position",
+        "s = t is in every predicted set, so it is reported apart; every other number "
+        "is about the other positions.",
+    ),
+    ("agree", "|P ∩ O|: predicted and observed."),
     (
         "violations",
-        "|O \\ P|: decodable where the predictor says the information cannot be. "
+        "|O \\ P|: observed where the predictor says the information cannot be. "
         "This is what contradicts a theory.",
     ),
     (
         "omissions",
-        "|P \\ O|: accessible in theory, not decodable. Expected where a network "
+        "|P \\ O|: accessible in theory, not observed. Expected where a network "
         "compresses what it keeps.",
     ),
     ("precision / recall", "agree / |O| and agree / |P|, pooled over samples and tokens."),
     (
         "violation rate",
-        "violations / |not P|: share of non-predicted positions that are decodable.",
+        "violations / |not P|: share of non-predicted positions that are observed.",
     ),
     ("Jaccard", "agree / |P ∪ O|."),
     (
         "AUROC",
-        "probability that a predicted position is more decodable than a non-predicted "
-        "one (ties count half), from the continuous scores: no threshold.",
+        "probability that a predicted position scores higher than a non-predicted one "
+        "(ties count half), from the continuous scores: no threshold. 0.5 is chance.",
     ),
     (
         "aggregate",
-        "fixed-position probes against the share of samples in which s is "
+        "aggregate scores against the share of samples in which s is "
         "predicted: violations count never-predicted cells, omissions always-predicted cells; "
         "sometimes-predicted cells are counted apart.",
     ),
@@ -153,7 +164,7 @@ AGGREGATE_COLUMNS: tuple[tuple[str, str, CellKind], ...] = (
     ("absent (never)", "per_layer/absent", "count"),
     ("recall", "per_layer/recall", "rate"),
     ("violation rate", "per_layer/violation_rate", "rate"),
-    ("sometimes: decodable", "sometimes_observed", "count"),
+    ("sometimes: observed", "sometimes_observed", "count"),
     ("sometimes: not", "sometimes_unobserved", "count"),
     ("AUROC", "auroc_per_layer", "auroc"),
 )
@@ -191,9 +202,10 @@ def layer_table(
     return _table(["layer", *(c[0] for c in shown)], rows)
 
 
-def predictor_table(summary: Mapping[str, Any]) -> str:
-    """InfoFlow beside other predictors: per layer recall, violation rate, Jaccard, AUROC."""
-    comparisons = summary["comparisons"]
+def predictor_table(summary: Mapping[str, Any], instrument: str) -> str:
+    """InfoFlow beside other predictors against one instrument: per layer recall,
+    violation rate, Jaccard, AUROC (own positions left out)."""
+    comparisons = summary["comparisons"][instrument]
     part = "per_sample" if all(c.get("per_sample") for c in comparisons.values()) else "aggregate"
     metrics = (
         ("recall", "per_layer/recall", "rate"),
@@ -209,7 +221,7 @@ def predictor_table(summary: Mapping[str, Any]) -> str:
         cells = [f'<td class="num">{layer}</td>']
         for _, path, kind in metrics:
             for name in names:
-                key = f"comparisons/{name}/{part}/{path}/{layer}"
+                key = f"comparisons/{instrument}/{name}/{part}/others/{path}/{layer}"
                 if _resolvable(summary, key):
                     cells.append(cell(summary, key, kind))
                 else:
@@ -218,6 +230,65 @@ def predictor_table(summary: Mapping[str, Any]) -> str:
     return f'<p class="muted">{escape(part.replace("_", "-"))} comparison</p>' + _table(
         header, rows
     )
+
+
+CROSSTAB_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("both", "{first} and {second}"),
+    ("first_only", "{first}, not {second}"),
+    ("second_only", "{second} without {first} (check: near 0)"),
+    ("neither", "neither"),
+)
+
+
+def crosstab_table(summary: Mapping[str, Any]) -> str:
+    """Per layer, the (sample, token, position ≠ t) cells by what flow and decodability saw."""
+    table = summary["crosstab"]
+    labels = {"first": table["first"], "second": table["second"]}
+    header = ["layer"]
+    for _, label in CROSSTAB_COLUMNS:
+        header += [label.format(**labels), "share"]
+    rows = []
+    for layer in range(len(table["both"])):
+        cells = [f'<td class="num">{layer}</td>']
+        for part, _ in CROSSTAB_COLUMNS:
+            cells.append(cell(summary, f"crosstab/{part}/{layer}", "count"))
+            cells.append(cell(summary, f"crosstab/share/{part}/{layer}", "rate"))
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return _table(header, rows)
+
+
+HEAD_COLUMNS: tuple[tuple[str, str, CellKind], ...] = (
+    ("observed mode", "mode", "text"),
+    ("top-1 mass", "top1", "auroc"),
+    ("position specificity", "specificity", "auroc"),
+    ("entropy (norm.)", "entropy", "auroc"),
+    ("content dependence", "content", "auroc"),
+    ("program operation", "operation", "text"),
+    ("argmax agreement", "agreement", "rate"),
+    ("content-blind best", "fixed_key", "rate"),
+    ("mass on P", "mass_on_positions", "rate"),
+)
+
+
+def heads_table(summary: Mapping[str, Any]) -> str:
+    """The observed program: one row per head and query group (data tokens, CLS), beside
+    the operation InfoFlow's program assigns the slot the head is matched to."""
+    rows = []
+    for i, head in enumerate(summary["heads"]["heads"]):
+        for group in ("data", "cls"):
+            key = f"heads/heads/{i}/{group}"
+            cells = [
+                f'<td class="num">{int(head["block"])}</td>',
+                f'<td class="num">{int(head["head"])}</td>',
+                f"<td>{'CLS' if group == 'cls' else 'data tokens'}</td>",
+            ]
+            for _, name, kind in HEAD_COLUMNS:
+                css = "txt" if kind == "text" else "num"
+                cells.append(cell(summary, f"{key}/{name}", kind, css))
+            rows.append(f"<tr>{''.join(cells)}</tr>")
+    chance = summary["heads"].get("chance")
+    note = "" if chance is None else f'<p class="muted">chance agreement {chance:.3f}</p>'
+    return _table(["block", "head", "queries", *(c[0] for c in HEAD_COLUMNS)], rows) + note
 
 
 def figure_html(png: bytes, alt: str, caption: str) -> str:
@@ -256,46 +327,79 @@ def render_html(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> str
         f" · {escape(str(summary.get('created', '')))}</p>",
         _notes_table(summary),
         f'<div class="caveat"><strong>Caveat.</strong> {escape(summary["caveat"])}</div>',
-        "<h2>Verdicts</h2>",
     ]
-    for name, comp in summary["comparisons"].items():
-        items = "".join(f"<li>{escape(v)}</li>" for v in comp["verdicts"])
-        parts.append(f"<h3>{escape(display_name(name))}</h3><ul class='verdicts'>{items}</ul>")
-    if len(summary["comparisons"]) > 1:
+    if summary.get("headline"):
+        items = "".join(f"<li>{escape(v)}</li>" for v in summary["headline"])
+        parts.append(
+            "<h2>Headline</h2><p>Each instrument's AUROC against InfoFlow's sets (own "
+            f"positions left out; controls in brackets).</p><ul class='verdicts'>{items}</ul>"
+        )
+    parts.append("<h2>Verdicts</h2>")
+    for instrument, by_predictor in summary["comparisons"].items():
+        for name, comp in by_predictor.items():
+            items = "".join(f"<li>{escape(v)}</li>" for v in comp["verdicts"])
+            parts.append(
+                f"<h3>{escape(display_name(name))} · {escape(instrument)}</h3>"
+                f"<ul class='verdicts'>{items}</ul>"
+            )
+    if summary.get("crosstab"):
+        parts += [
+            "<h2>Flow beside decodability, per sample</h2>",
+            "<p>Every (sample, token, position ≠ t) cell by what the two instruments saw. "
+            "Flowing but not decodable: the network keeps only a function of x(s) "
+            "(compressed). Decodable without flow should be near zero: it checks both "
+            "instruments.</p>",
+            crosstab_table(summary),
+        ]
+    if summary.get("heads"):
+        parts += [
+            "<h2>The observed program, per head</h2>",
+            "<p>From the attention patterns of the compared samples: each head's observed "
+            "mode beside the operation InfoFlow's program assigns it (heads matched to "
+            "operations by the best assignment of per-sample argmax agreement). Where a "
+            "head looks is not what it moves.</p>",
+            heads_table(summary),
+        ]
+    multi = [k for k, v in summary["comparisons"].items() if len(v) > 1]
+    if multi:
         parts += [
             "<h2>Which predictor explains the observed sets?</h2>",
             "<p>Higher recall and AUROC and a lower violation rate fit better.</p>",
-            predictor_table(summary),
         ]
+        for instrument in multi:
+            parts += [f"<h3>{escape(instrument)}</h3>", predictor_table(summary, instrument)]
     parts.append("<h2>Figures</h2>")
     for name, meta in summary.get("figures", {}).items():
         if name in figures:
             parts.append(figure_html(figures[name], meta.get("title", name), meta["caption"]))
     parts.append("<h2>Numbers</h2>")
-    for name, comp in summary["comparisons"].items():
-        if comp.get("per_sample") and comp["per_sample"].get("per_layer"):
-            parts.append(f"<h3>{escape(display_name(name))}: per sample (pooled per layer)</h3>")
-            parts.append(
-                layer_table(
-                    summary,
-                    f"comparisons/{name}/per_sample",
-                    PER_SAMPLE_COLUMNS,
-                    comp["shape"]["layers"],
+    for instrument, by_predictor in summary["comparisons"].items():
+        for name, comp in by_predictor.items():
+            prefix = f"comparisons/{instrument}/{name}"
+            label = f"{escape(display_name(name))} · {escape(instrument)}"
+            for scope, words in (("others", "positions s ≠ t"), ("own", "own position s = t")):
+                if comp.get("per_sample") and comp["per_sample"][scope].get("per_layer"):
+                    parts.append(f"<h3>{label}: per sample, {words} (pooled per layer)</h3>")
+                    parts.append(
+                        layer_table(
+                            summary,
+                            f"{prefix}/per_sample/{scope}",
+                            PER_SAMPLE_COLUMNS,
+                            comp["shape"]["layers"],
+                        )
+                    )
+            if comp.get("aggregate"):
+                parts.append(
+                    f"<h3>{label}: aggregate ({escape(comp['score_name'])}), positions s ≠ t</h3>"
                 )
-            )
-        if comp.get("aggregate"):
-            parts.append(
-                f"<h3>{escape(display_name(name))}: aggregate probes "
-                f"({escape(comp['score_name'])})</h3>"
-            )
-            parts.append(
-                layer_table(
-                    summary,
-                    f"comparisons/{name}/aggregate",
-                    AGGREGATE_COLUMNS,
-                    comp["shape"]["layers"],
+                parts.append(
+                    layer_table(
+                        summary,
+                        f"{prefix}/aggregate/others",
+                        AGGREGATE_COLUMNS,
+                        comp["shape"]["layers"],
+                    )
                 )
-            )
     defs = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS)
     parts.append(f"<h2>Definitions</h2><dl class='defs'>{defs}</dl>")
     parts.append("<h2>Provenance</h2>")

@@ -1,0 +1,180 @@
+"""Observed-set instruments: each turns its results into one :class:`Observations`.
+
+- **Decodability** (probe results): can a probe recover x(s) from h(t, l)? Per sample it is
+  scored against that sample's own baseline (below), so selecting extreme inputs does not
+  pass for information.
+- **Flow** (influence files): does h(t, l) move when x(s) moves? Local sensitivity (a nudge)
+  or resample ablation (x(s) redrawn); see docs/influence.md.
+
+The comparison (:mod:`infoprobe.compare`) consumes any of them the same way; a further
+instrument only needs a function here that returns :class:`Observations`.
+
+Corrected per-sample decodability. A probe's per-sample error is e_i = ‖x̂_i − x_i‖² /
+(SST / n), and its baseline on the same sample, the error of predicting the test mean, is
+b_i = ‖x_i − x̄‖² / (SST / n). Under max retrieval the retrieved x(s) is an extreme input
+(far from x̄), so e_i is large for exactly the positions a theory predicts, even for a
+probe that learned nothing. The corrected score is the ratio r_i = e_i / b_i =
+‖x̂_i − x_i‖² / ‖x_i − x̄‖²: 1 for the mean predictor on every sample whatever was
+selected, 0 for a perfect probe. Membership: r_i < :data:`DEFAULT_DECODABLE_RATIO`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Literal
+
+import numpy as np
+
+from infoprobe.compare import Observations
+
+ScoreKind = Literal["r2", "selectivity"]
+TARGETS = "positions"
+
+DEFAULT_DECODABLE_RATIO = 0.5
+"""Per-sample membership for decodability: the probe's error on the sample is below half
+the error of predicting the mean on that same sample (a per-sample R² above 0.5, the level
+the aggregate rule asks of the pooled R²). A probe with no information predicts about the
+mean, has ratio ≈ 1 on every sample and passes on none, wherever x(s) lies."""
+
+RATIO_TAUS = np.geomspace(1e-2, 2.0, 24)
+"""τ grid of the corrected-ratio sweep."""
+
+BASELINE_FLOOR = 1e-12
+"""Smallest per-sample baseline (a sample exactly at the mean would divide by zero)."""
+
+
+class InstrumentError(ValueError):
+    """An instrument's results lack what the comparison needs."""
+
+
+def sample_baseline(x: np.ndarray) -> np.ndarray:
+    """The mean predictor's normalised error on each sample: ``[n, T, d] -> [n, T]``.
+
+    b_i(s) = ‖x_i(s) − x̄(s)‖² / mean_j ‖x_j(s) − x̄(s)‖², x̄ the mean over these n samples
+    (the probes' SST / n of the test split).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    dev = ((x - x.mean(axis=0)) ** 2).sum(axis=-1)
+    scale = dev.mean(axis=0)
+    return dev / np.where(scale > 0, scale, 1.0)
+
+
+def corrected_errors(errors: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per-sample errors over their own baseline: ``[L+1, n, T+1, T]`` float64.
+
+    errors: normalised errors ``[L+1, n, T+1, T]`` of the n test samples; x: their inputs
+    ``[n, T, d]``.
+    """
+    baseline = np.maximum(sample_baseline(x), BASELINE_FLOOR)  # [n, T]
+    return np.asarray(errors, dtype=np.float64) / baseline[None, :, None, :]
+
+
+def _pick_probe(results: Any, probe: str | None) -> str:
+    present = sorted({key[1] for key in results.scores if key[0] == TARGETS})
+    if not present:
+        raise InstrumentError(
+            f"probe results hold no '{TARGETS}' scores (targets present: "
+            f"{sorted({k[0] for k in results.scores})}); run `infoprobe probe --targets positions`"
+        )
+    chosen = probe or results.settings.get("probe") or present[0]
+    if chosen not in present:
+        raise InstrumentError(f"--probe {chosen}: no scores for it; present: {present}")
+    return chosen
+
+
+def decodability(
+    results: Any,
+    x_test: np.ndarray,
+    *,
+    probe: str | None = None,
+    score: ScoreKind = "r2",
+    ratio: float = DEFAULT_DECODABLE_RATIO,
+    provenance: dict[str, Any] | None = None,
+) -> Observations:
+    """Probe results (:class:`~infoprobe.probes.results.ProbeResults`) as observations.
+
+    x_test: the inputs of the results' test samples ``[n_test, T, d]``, in ``test_index``
+    order. probe: "linear", "mlp" or "query" (default: the one the results were run with).
+    score: aggregate score, test R² ("r2") or R² minus the largest control ("selectivity").
+    ratio: per-sample membership threshold on the corrected error (see the module doc).
+    """
+    probe = _pick_probe(results, probe)
+    control = "none" if score == "r2" else "selectivity"
+    key = (TARGETS, probe, control, "r2")
+    if key not in results.scores:
+        raise InstrumentError(
+            f"no {score} scores for probe {probe!r}; present: {sorted(results.scores)}"
+        )
+    errors = results.per_sample.get((TARGETS, probe, "none"))
+    corrected = per_sample = None
+    if errors is not None:
+        corrected = corrected_errors(errors, x_test)
+        per_sample = corrected < ratio
+    thresholds = results.thresholds or {}
+    return Observations(
+        instrument="decodability",
+        per_sample=per_sample,
+        sample_score=corrected,
+        aggregate=results.observed.get((TARGETS, "aggregate")),
+        score=np.asarray(results.scores[key], dtype=np.float64),
+        member_when="below",
+        sample_score_name="error / own-sample baseline",
+        score_name="R²" if score == "r2" else "selectivity (R² − control)",
+        tau_sample=ratio if corrected is not None else None,
+        tau=thresholds.get("tau") if score == "r2" else thresholds.get("margin"),
+        sample_taus=RATIO_TAUS,
+        word="decodable",
+        provenance=dict(provenance or {}),
+    )
+
+
+def flow_name(method: str, random_init_seed: int | None) -> tuple[str, str | None]:
+    """(instrument name, the instrument it controls or None) of an influence file made
+    with ``method`` ("local" or "resample") on trained or random-init weights."""
+    base = "flow" if method == "local" else "flow (resample)"
+    if random_init_seed is None:
+        return base, None
+    return f"{base} (random-init)", base
+
+
+def flow(
+    scores: np.ndarray,
+    aggregate: np.ndarray,
+    *,
+    threshold: float,
+    name: str = "flow",
+    control_of: str | None = None,
+    provenance: dict[str, Any] | None = None,
+) -> Observations:
+    """Flow scores as observations.
+
+    scores: g ``[L+1, n, T+1, T]`` (docs/influence.md); aggregate: their mean over samples
+    ``[L+1, T+1, T]``; threshold: membership g ≥ threshold, fixed before any comparison.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    aggregate = np.asarray(aggregate, dtype=np.float64)
+    return Observations(
+        instrument=name,
+        per_sample=scores >= threshold,
+        sample_score=scores,
+        aggregate=aggregate >= threshold,
+        score=aggregate,
+        member_when="above",
+        sample_score_name="flow g (share of the state's variance)",
+        score_name="mean flow g",
+        tau_sample=threshold,
+        tau=threshold,
+        word="carried",
+        control_of=control_of,
+        provenance=dict(provenance or {}),
+    )
+
+
+def take_samples(obs: Observations, index: np.ndarray) -> Observations:
+    """The same observations on a subset of their samples (``index`` into the n axis)."""
+    index = np.asarray(index, dtype=np.int64)
+    return replace(
+        obs,
+        per_sample=None if obs.per_sample is None else obs.per_sample[:, index],
+        sample_score=None if obs.sample_score is None else obs.sample_score[:, index],
+    )

@@ -1,0 +1,78 @@
+"""Refuse to compare files that were not made from the same task, data and model."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from infoprobe.jsonable import jsonable
+
+PROVENANCE_REQUIRED = ("task", "data_seed", "n")
+"""Provenance fields both inputs of a comparison must carry and agree on."""
+
+PROVENANCE_OPTIONAL = ("T", "n_layers", "cache", "checkpoint_sha256", "inputs_sha256")
+"""Provenance fields compared when both inputs carry them."""
+
+
+class ProvenanceError(ValueError):
+    """Predicted and observed sets do not come from the same data, model or task."""
+
+
+def _canonical(key: str, value: Any) -> str:
+    if key == "cache" and isinstance(value, str | os.PathLike):
+        return os.path.realpath(os.fspath(value))
+    return json.dumps(jsonable(value), sort_keys=True, default=str)
+
+
+def _same(key: str, a: Any, b: Any) -> bool:
+    """Equal provenance values; a task given by name alone matches a task dict's name."""
+    if key == "task" and (isinstance(a, str) or isinstance(b, str)):
+        names = [v if isinstance(v, str) else dict(v).get("name") for v in (a, b)]
+        return names[0] == names[1]
+    return _canonical(key, a) == _canonical(key, b)
+
+
+def check_provenance(
+    pred_prov: Mapping[str, Any],
+    probe_prov: Mapping[str, Any],
+    *,
+    pred_source: str = "predicted sets",
+    probe_source: str = "probe results",
+) -> None:
+    """Refuse to compare sets that were not made from the same task, data and model.
+
+    Both dicts must hold :data:`PROVENANCE_REQUIRED` (``task`` dict, ``data_seed``, ``n``
+    samples); the fields of :data:`PROVENANCE_OPTIONAL` (``T``, ``n_layers``, ``cache``
+    path, ``checkpoint_sha256``, ``inputs_sha256`` of the input samples) are compared when
+    both have them; a ``task`` given by name alone is compared with the other's name.
+    pred_source / probe_source name the files in the messages.
+    Raises ProvenanceError naming every missing or mismatched field with both values.
+    """
+    missing = [
+        f"{source} lacks field {key!r}"
+        for source, prov in ((pred_source, pred_prov), (probe_source, probe_prov))
+        for key in PROVENANCE_REQUIRED
+        if key not in prov
+    ]
+    if missing:
+        raise ProvenanceError(
+            "cannot check that predicted and observed sets match: "
+            + "; ".join(missing)
+            + f" (required: {', '.join(PROVENANCE_REQUIRED)})"
+        )
+    mismatched = [
+        f"field {key!r}: {pred_source} has {pred_prov[key]!r}, {probe_source} has "
+        f"{probe_prov[key]!r}"
+        for key in PROVENANCE_REQUIRED + PROVENANCE_OPTIONAL
+        if key in pred_prov
+        and key in probe_prov
+        and not _same(key, pred_prov[key], probe_prov[key])
+    ]
+    if mismatched:
+        raise ProvenanceError(
+            "predicted and observed sets come from different data or models: "
+            + "; ".join(mismatched)
+            + ". Recompute the predicted sets on the samples of the probes' cache."
+        )
