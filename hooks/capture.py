@@ -60,7 +60,7 @@ def check_sites(model: HookedRootModule, names: Sequence[str]) -> None:
 
 
 @contextmanager
-def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """Run in eval mode (no dropout) and restore the caller's train/eval flags after."""
     modes = {module: module.training for module in model.modules()}
     model.eval()
@@ -115,7 +115,7 @@ def capture(
 
     batch = as_model_input(x, model)
     kwargs = {} if layer is None else {"stop_at_layer": layer}
-    with _eval_mode(model), torch.inference_mode(), model.hooks([(n, save) for n in names]):
+    with eval_mode(model), torch.inference_mode(), model.hooks([(n, save) for n in names]):
         try:
             model(batch, **kwargs)
         except _StopForward:

@@ -28,6 +28,7 @@ from infoprobe.hooks.errors import (
     TruncatedCacheError,
     UnknownSiteError,
 )
+from infoprobe.hooks.hdf5 import check_format, open_hdf5, plain_attr
 from infoprobe.hooks.schema import (
     FORMAT,
     JSON_ATTRS,
@@ -97,30 +98,16 @@ def alias_resid_pre(cache: dict[str, torch.Tensor], n_blocks: int) -> dict[str, 
     return cache
 
 
-def _plain(value: Any) -> Any:
-    """An HDF5 attribute value as plain Python (str, int, list of str)."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def _open_h5(path: Path, mode: str, **kwargs: Any) -> h5py.File:
-    if not path.is_file():
-        raise NotACacheError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
-    if path.stat().st_size == 0 or not h5py.is_hdf5(path):
-        raise NotACacheError(f"{path} is not an HDF5 file, so not an infoprobe activation cache")
-    try:
-        return h5py.File(path, mode, **kwargs)
-    except OSError as err:
-        if "unable to lock" in str(err).lower():
-            raise CacheError(f"{path} is open for writing by another process: {err}") from None
-        raise TruncatedCacheError(
-            f"{path} is a damaged HDF5 file (truncated or corrupt), it cannot be opened: {err}"
-        ) from None
+    return open_hdf5(
+        path,
+        mode,
+        what="an infoprobe activation cache",
+        not_ours=NotACacheError,
+        damaged=TruncatedCacheError,
+        busy=CacheError,
+        **kwargs,
+    )
 
 
 def validate_header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[str, Any]:
@@ -132,22 +119,19 @@ def validate_header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[st
         TruncatedCacheError: attributes or datasets missing, or datasets shorter than N.
         IncompleteCacheError: ``n_committed`` < N and ``allow_incomplete`` is false.
     """
-    fmt = _plain(f.attrs.get("format"))
-    if fmt != FORMAT:
-        raise NotACacheError(
-            f"{path} is not an infoprobe activation cache: root attribute 'format' is "
-            f"{fmt!r}, expected {FORMAT!r}"
-        )
-    version = _plain(f.attrs.get("schema_version"))
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise NewerSchemaError(
-            f"{path}: attribute 'schema_version' is {version!r}, this infoprobe reads "
-            f"schema <= {SCHEMA_VERSION}; upgrade infoprobe to read it"
-        )
+    check_format(
+        f,
+        path,
+        fmt=FORMAT,
+        schema_version=SCHEMA_VERSION,
+        what="an infoprobe activation cache",
+        not_ours=NotACacheError,
+        newer=NewerSchemaError,
+    )
     missing = [key for key in REQUIRED_ATTRS if key not in f.attrs]
     if missing:
         raise TruncatedCacheError(f"{path}: root attribute(s) {missing} missing")
-    header = {key: _plain(value) for key, value in f.attrs.items()}
+    header = {key: plain_attr(value) for key, value in f.attrs.items()}
     check_attributes(header, path)
     n = header["n"]
     for name in (X_PATH, Y_PATH, *(acts_path(h) for h in header["hook_names"])):
@@ -306,7 +290,7 @@ class CacheFile:
 
     def axes(self, name: str) -> tuple[str, ...]:
         """Axis names of a site's dataset, e.g. ``("sample", "pos", "d_model")``."""
-        return tuple(_plain(self.acts(name).attrs["axes"]))
+        return tuple(plain_attr(self.acts(name).attrs["axes"]))
 
     def resolve(self, key: str | tuple) -> str:
         """Hook name for a full name or TransformerLens shorthand (``("resid_post", -1)``)."""

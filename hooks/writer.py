@@ -37,6 +37,7 @@ from infoprobe.hooks.errors import (
     ProvenanceMismatchError,
     TruncatedCacheError,
 )
+from infoprobe.hooks.hdf5 import json_differences
 from infoprobe.hooks.reader import read_header
 from infoprobe.hooks.schema import (
     FORMAT,
@@ -212,19 +213,6 @@ def _create(path: Path, plan: CachePlan, attrs: Mapping[str, Any]) -> None:
         raise
 
 
-def _differences(old: Any, new: Any, where: str) -> list[str]:
-    """Paths (``a.b.c``) at which two JSON values differ, with both values."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [
-            line
-            for key in sorted(set(old) | set(new))
-            for line in _differences(
-                old.get(key, "<absent>"), new.get(key, "<absent>"), f"{where}.{key}"
-            )
-        ]
-    return [] if old == new else [f"{where}: file has {old!r}, this run has {new!r}"]
-
-
 def _check_identity(
     path: Path, header: Mapping[str, Any], attrs: Mapping[str, Any], plan: CachePlan
 ) -> None:
@@ -233,7 +221,7 @@ def _check_identity(
     for key in IDENTITY_ATTRS:
         old, new = header[key], attrs[key]
         if key == "provenance_json":
-            lines += _differences(json.loads(old), json.loads(new), "provenance")
+            lines += json_differences(json.loads(old), json.loads(new), "provenance")
         elif key == "hook_names":
             if list(old) != list(new):
                 lines.append(f"hook_names: file has {list(old)}, this run has {list(new)}")

@@ -21,13 +21,16 @@ import numpy as np
 
 from infoprobe import instruments
 from infoprobe.checkpoint import read_checkpoint_meta
-from infoprobe.compare import Comparison, Crosstab, Observations, compare, crosstab
+from infoprobe.compare import Comparison, Crosstab, Observations, compare, crosstab, headline
+from infoprobe.heads import ObservedProgram, observed_program
 from infoprobe.hooks import open_cache
-from infoprobe.infoflow import SetsFile, read_sets
+from infoprobe.influence import flow_threshold, read_influence
+from infoprobe.infoflow import Architecture, SetsFile, predict, read_sets
 from infoprobe.infoflow.store import inputs_hash
 from infoprobe.probes.results import ProbeResults
 from infoprobe.provenance import ProvenanceError, check_provenance
 from infoprobe.rollout import Rollout, RolloutConfig, predict_rollout
+from infoprobe.tasks import task_from_dict
 
 
 class SourceError(ValueError):
@@ -127,8 +130,6 @@ class Sources:
 
 
 def _load_influence(path: Path) -> tuple[Any, dict[str, Any]]:
-    from infoprobe.influence import read_influence
-
     inf = read_influence(path)
     cache_prov = (inf.provenance or {}).get("cache") or {}
     return inf, cache_provenance_fields(cache_prov, inf.T, inf.scores.shape[0] - 1)
@@ -233,8 +234,6 @@ def load_sources(
     x = sets.x[rows]
     found: dict[str, Observations] = {}
     for name, control_of, inf, path in influences:
-        from infoprobe.influence import flow_threshold
-
         found[name] = instruments.flow(
             np.asarray(inf.scores)[:, where[name]],
             np.asarray(inf.aggregate),
@@ -303,11 +302,9 @@ class Compared:
     comparisons: dict[str, dict[str, Comparison]]
     rollout: Rollout | None
     table: Crosstab | None
-    heads: Any = None
+    heads: ObservedProgram | None = None
 
     def headline(self) -> tuple[str, ...]:
-        from infoprobe.compare import headline
-
         return headline(self.comparisons)
 
     def extra(self) -> dict[str, Any]:
@@ -321,9 +318,6 @@ class Compared:
 
 def predicted_program(sets: SetsFile):
     """InfoFlow's program for the task and architecture recorded in a predicted-sets file."""
-    from infoprobe.infoflow import Architecture, predict
-    from infoprobe.tasks import task_from_dict
-
     a = sets.arch
     arch = Architecture(
         heads=tuple(a["heads"]),
@@ -356,8 +350,6 @@ def compare_sources(sources: Sources, rollout: RolloutConfig | None = None) -> C
         table = crosstab(flow_obs, dec_obs)
     heads = None
     if sources.patterns is not None:
-        from infoprobe.heads import observed_program
-
         heads = observed_program(sources.patterns, predicted_program(sources.sets_file), sources.x)
     return Compared(comparisons, rolled, table, heads)
 

@@ -24,7 +24,6 @@ or partners from ``numpy.random.default_rng([seed, b])``, so a resumed run is id
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import einops
@@ -34,7 +33,7 @@ import torch.autograd.forward_ad as fwAD
 from tqdm.auto import tqdm
 from transformer_lens import HookedRootModule
 
-from infoprobe.hooks.capture import capture, model_device, stop_layer
+from infoprobe.hooks.capture import capture, eval_mode, model_device, stop_layer
 from infoprobe.hooks.sites import count_blocks, layer_sites
 from infoprobe.influence.errors import InfluenceError
 from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets
@@ -262,17 +261,6 @@ def plan_influence(
 # --- the batched pass ----------------------------------------------------------------------
 
 
-@contextmanager
-def _eval(model: torch.nn.Module):
-    modes = {module: module.training for module in model.modules()}
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in modes.items():
-            module.training = training
-
-
 def capture_tangents(
     model: HookedRootModule, primal: torch.Tensor, tangent: torch.Tensor, names: list[str]
 ) -> dict[str, torch.Tensor]:
@@ -293,7 +281,12 @@ def capture_tangents(
 
     layer = stop_layer(model, names)
     kwargs = {} if layer is None else {"stop_at_layer": layer}
-    with _eval(model), torch.no_grad(), fwAD.dual_level(), model.hooks([(n, save) for n in names]):
+    with (
+        eval_mode(model),
+        torch.no_grad(),
+        fwAD.dual_level(),
+        model.hooks([(n, save) for n in names]),
+    ):
         model(fwAD.make_dual(primal.clone(), tangent.clone()), **kwargs)
     return {n: stored.get(n, torch.zeros_like(primals[n])) for n in names}
 

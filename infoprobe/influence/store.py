@@ -31,7 +31,8 @@ import torch
 from transformer_lens import HookedRootModule
 
 from infoprobe import __version__
-from infoprobe.atomic import OutputExistsError
+from infoprobe.atomic import OutputExistsError, atomic_output
+from infoprobe.hooks.hdf5 import check_format, is_hdf5_file, json_differences, open_hdf5, plain_attr
 from infoprobe.hooks.schema import chunk_rows
 from infoprobe.influence.errors import (
     IncompleteInfluenceError,
@@ -68,38 +69,27 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 # --- reading ----------------------------------------------------------------------------
 
 
 def _open(path: Path) -> h5py.File:
-    if not path.is_file():
-        raise InfluenceFileError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
-    if path.stat().st_size == 0 or not h5py.is_hdf5(path):
-        raise InfluenceFileError(f"{path} is not an HDF5 file, so not an influence file")
-    try:
-        return h5py.File(path, "r")
-    except OSError as err:
-        raise InfluenceFileError(f"{path} is a damaged HDF5 file: {err}") from None
+    return open_hdf5(
+        path,
+        "r",
+        what="an influence file",
+        not_ours=InfluenceFileError,
+        damaged=InfluenceFileError,
+    )
 
 
 def file_format(path: str | os.PathLike) -> str | None:
     """The root attribute ``format`` of an HDF5 file (None if absent or not HDF5)."""
     path = Path(path)
-    if not path.is_file() or path.stat().st_size == 0 or not h5py.is_hdf5(path):
+    if not is_hdf5_file(path):
         return None
     try:
         with h5py.File(path, "r") as f:
-            return _plain(f.attrs.get("format"))
+            return plain_attr(f.attrs.get("format"))
     except OSError:
         return None
 
@@ -111,22 +101,19 @@ REQUIRED_ATTRS = (
 
 
 def _header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[str, Any]:
-    fmt = _plain(f.attrs.get("format"))
-    if fmt != FORMAT:
-        raise InfluenceFileError(
-            f"{path} is not an influence file: root attribute 'format' is {fmt!r}, "
-            f"expected {FORMAT!r}"
-        )
-    version = _plain(f.attrs.get("schema_version"))
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise InfluenceFileError(
-            f"{path}: attribute 'schema_version' is {version!r}, this infoprobe reads "
-            f"<= {SCHEMA_VERSION}; upgrade infoprobe"
-        )
+    check_format(
+        f,
+        path,
+        fmt=FORMAT,
+        schema_version=SCHEMA_VERSION,
+        what="an influence file",
+        not_ours=InfluenceFileError,
+        newer=InfluenceFileError,
+    )
     missing = [k for k in REQUIRED_ATTRS if k not in f.attrs]
     if missing:
         raise InfluenceFileError(f"{path}: root attribute(s) {missing} missing (damaged file)")
-    header = {k: _plain(v) for k, v in f.attrs.items()}
+    header = {k: plain_attr(v) for k, v in f.attrs.items()}
     header["complete"] = bool(header["complete"])
     if not header["complete"] and not allow_incomplete:
         raise IncompleteInfluenceError(
@@ -248,10 +235,9 @@ def _attrs(plan: FlowPlan, provenance: Mapping[str, Any]) -> dict[str, Any]:
 
 def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: np.ndarray) -> None:
     """Create the whole file (datasets allocated, cursor 0) under a temp name, then rename."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     row = plan.n_layers * (plan.T + 1) * plan.T * 4
     rows = chunk_rows(row, plan.block_size, plan.n)
-    try:
+    with atomic_output(path, overwrite=True, what="influence file") as tmp:
         with h5py.File(tmp, "w") as f:
             for key, value in attrs.items():
                 f.attrs[key] = value
@@ -281,32 +267,18 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
                 track_times=False,
             )
             agg.attrs["axes"] = ["layer", "token", "position"]
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _differences(old: Any, new: Any, where: str) -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [
-            line
-            for key in sorted(set(old) | set(new))
-            for line in _differences(
-                old.get(key, "<absent>"), new.get(key, "<absent>"), f"{where}.{key}"
-            )
-        ]
-    return [] if old == new else [f"{where}: file has {old!r}, this run has {new!r}"]
 
 
 def _identity(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]:
     """Lines naming every field in which an unfinished file differs from this run."""
-    lines = _differences(json.loads(header["settings"]), json.loads(attrs["settings"]), "settings")
+    lines = json_differences(
+        json.loads(header["settings"]), json.loads(attrs["settings"]), "settings"
+    )
     old, new = (
         {k: v for k, v in json.loads(h["provenance"]).items() if k not in LOCATION_FIELDS}
         for h in (header, attrs)
     )
-    lines += _differences(old, new, "provenance")
+    lines += json_differences(old, new, "provenance")
     for key in ("schema_version", "T", "n", "n_layers", "hook_names", "input_scale"):
         if header[key] != attrs[key]:
             lines.append(f"{key}: file has {header[key]!r}, this run has {attrs[key]!r}")
