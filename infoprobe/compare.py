@@ -600,12 +600,15 @@ def headline(
             primary = ours[main[0]]
             scope = (primary.per_sample or primary.aggregate or {}).get("others")
             if scope is not None and scope.per_layer is not None:
-                a = scope.per_layer
-                parts.append(
-                    f"{_share(a.agree[layer], a.n_predicted[layer])} of predicted positions "
-                    f"{primary.observations.word}, "
-                    f"{_share(a.violations[layer], a.n_not_predicted[layer])} of the rest"
-                )
+                a, word = scope.per_layer, primary.observations.word
+                rest = f"{_share(a.violations[layer], a.n_not_predicted[layer])} of the rest"
+                if int(a.n_predicted[layer]) == 0:  # e.g. layer 0: I(t, 0) = {t}
+                    parts = [f"nothing predicted besides each token's own position; {rest} {word}"]
+                else:
+                    parts.append(
+                        f"{_share(a.agree[layer], a.n_predicted[layer])} of predicted "
+                        f"positions {word}, {rest}"
+                    )
         lines.append(f"layer {layer}: " + "; ".join(parts))
     return tuple(lines)
 
@@ -650,6 +653,8 @@ def write_comparisons(
             "provenance": dict(provenance or {}),
         }
     )
-    with atomic_output(path, overwrite=overwrite, what="comparison file") as tmp:
+    with atomic_output(
+        path, overwrite=overwrite, what="comparison file", kind="infoprobe.comparison"
+    ) as tmp:
         tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     return Path(path)

@@ -64,7 +64,7 @@ NO_OPERATION = "no program operation"
 GROUPS = ("data", "cls")
 ROW_SUM_TOLERANCE = 1e-3  # softmax rows in float32 sum to 1 within ~1e-6
 STAT_CHUNK = 512  # samples per chunk in the statistics (bounds temporaries)
-CHANCE_RULE = "1/(T+1): a head whose argmax is uniform over all T+1 keys (CLS included)"
+CHANCE_RULE = "1/T: a head whose argmax is uniform over the T data keys a retrieval chooses from"
 
 
 class HeadsError(ValueError):
@@ -180,19 +180,25 @@ def head_statistics(
     )
 
 
-def argmax_agreement(pattern: np.ndarray, chosen: np.ndarray, queries: np.ndarray) -> np.ndarray:
+def argmax_agreement(
+    pattern: np.ndarray, chosen: np.ndarray, queries: np.ndarray, n_keys: int | None = None
+) -> np.ndarray:
     """Per-head share of (sample, query) pairs whose argmax key is the chosen key.
 
     pattern ``[n, h, T+1, T+1]``; chosen int ``[n, Q]`` (the key per sample and query);
-    queries int ``[Q]`` the query rows. Returns ``[h]`` = mean over i and q of
-    [argmax_k pattern[i, j, queries[q], k] == chosen[i, q]] (ties: the lowest key).
+    queries int ``[Q]`` the query rows; n_keys: the candidates are keys 0..n_keys-1 (the
+    T data keys a retrieval chooses from; None: every key). Returns ``[h]`` = mean over i
+    and q of [argmax_{k < n_keys} pattern[i, j, queries[q], k] == chosen[i, q]] (ties:
+    the lowest key).
     """
     p = np.asarray(pattern)
     q = np.asarray(queries, dtype=np.int64)
     chosen = np.asarray(chosen)
+    keys = slice(None, n_keys)
     hits = np.zeros(p.shape[1])
     for part in _chunks(p.shape[0]):
-        hits += (p[part][:, :, q].argmax(axis=3) == chosen[part][:, None, :]).sum(axis=(0, 2))
+        best = p[part][:, :, q][..., keys].argmax(axis=3)
+        hits += (best == chosen[part][:, None, :]).sum(axis=(0, 2))
     return hits / (p.shape[0] * q.size)
 
 
@@ -253,7 +259,7 @@ class HeadRow:
     """One observed head (``block``, ``head``: 0-based as in TransformerLens) and the
     program slot it is matched to (``slot``: 0-based index into ``program.layers[block]``,
     None if unmatched). ``agreement`` = argmax agreement over all queries the slot's
-    retrievals cover (None if the slot has no retrieval); ``chance`` = 1/(T+1)."""
+    retrievals cover (None if the slot has no retrieval); ``chance`` = 1/T."""
 
     block: int
     head: int
@@ -458,7 +464,7 @@ def observed_program(
         x = x[index]
     n, T, _ = x.shape
     arrays = _check_patterns(patterns, n, T, program.n_layers)
-    chance = 1.0 / (T + 1)
+    chance = 1.0 / T
     queries = {"data": np.arange(T), "cls": np.array([T])}
     found: dict[tuple[int, int, str], Retrieval] = {
         (r.layer, r.slot, r.group): r for r in retrievals(program, x)
@@ -487,7 +493,7 @@ def observed_program(
                 if op is None:
                     continue
                 if op.is_retrieval:
-                    a = argmax_agreement(pattern, found[layer, k, g].chosen, queries[g])
+                    a = argmax_agreement(pattern, found[layer, k, g].chosen, queries[g], T)
                     agree[g, k] = a
                     hits[:, k] += a * Q
                     covered[k] += Q

@@ -21,6 +21,7 @@ from infoprobe.heads import (
     POSITIONAL,
     RETRIEVAL,
     HeadsError,
+    argmax_agreement,
     classify,
     head_statistics,
     observed_program,
@@ -245,13 +246,13 @@ def test_permuted_one_hot_heads_match_their_slots():
         assert row.group(group).comparison == label
         assert row.group(group).mode == RETRIEVAL
         assert row.group("cls" if group == "data" else "data").operation == "idle"
-        assert row.chance == pytest.approx(1 / (T + 1))
+        assert row.chance == pytest.approx(1 / T)
     extra = obs.row(0, 1)
     assert extra.data.operation == extra.cls.operation == NO_OPERATION
     assert extra.data.mode == POSITIONAL and extra.agreement is None
     assert obs.unmatched_slots == ()
     text = "\n".join(obs.lines())
-    assert NO_OPERATION in text and RETRIEVAL in text and "1/(T+1)" in text
+    assert NO_OPERATION in text and RETRIEVAL in text and "1/T" in text
     assert len(obs.lines()) > 2 * len(obs.rows)
     d = obs.to_dict()
     json.dumps(d, allow_nan=False)
@@ -276,7 +277,9 @@ def test_noisy_patterns_agreement_equals_brute_force_share():
     obs = observed_program([pattern, block1], program, x)
     for j, c in slot_of.items():
         hits = sum(
-            first_argmax(list(pattern[i, j, t])) == p[c][i, t] for i in range(n) for t in range(T)
+            first_argmax(list(pattern[i, j, t, :T])) == p[c][i, t]
+            for i in range(n)
+            for t in range(T)
         )
         row = obs.row(0, j)
         assert row.slot == c
@@ -421,3 +424,17 @@ def test_handset_forward_modes_and_matching():
     assert retrieval.agreement >= 1.0 - ties - 1e-9
     assert retrieval.data.comparison == "partner" and retrieval.cls.comparison == "cls-max"
     assert positional.data.mass_on_positions == pytest.approx(1.0, abs=1e-3)
+
+
+def test_agreement_is_taken_over_the_data_keys_a_retrieval_chooses_from():
+    """A head parking most of its mass on the CLS key (a sink) still agrees when the
+    chosen data key is its largest data key; over all T+1 keys it would not."""
+    rng = np.random.default_rng(5)
+    n, T = 40, 6
+    chosen = rng.integers(0, T, size=(n, T))
+    pattern = np.full((n, 1, T + 1, T + 1), 0.01)
+    rows, queries = np.meshgrid(np.arange(n), np.arange(T), indexing="ij")
+    pattern[rows, 0, queries, chosen] = 0.2
+    pattern[:, 0, :, T] = 0.7  # the CLS key holds the overall argmax everywhere
+    assert argmax_agreement(pattern, chosen, np.arange(T), T)[0] == 1.0
+    assert argmax_agreement(pattern, chosen, np.arange(T))[0] == 0.0

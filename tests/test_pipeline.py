@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from html import unescape
 
 import h5py
 import numpy as np
@@ -63,13 +64,17 @@ def test_summary_numbers_match_the_files(run_dir):
     comparison = json.loads((out / "comparison.json").read_text())
     assert summary.layer_verdicts == comparison["headline"]
     assert set(comparison["comparisons"]) == {"flow", "flow (random-init)", "decodability"}
-    html = (out / "report" / "report.html").read_text()
+    html = unescape((out / "report" / "report.html").read_text())
     for verdict in summary.layer_verdicts:
         assert verdict.split(";")[0] in html
+    flow = comparison["comparisons"]["flow"]["infoflow"]["per_sample"]["others"]
     for layer, line in enumerate(summary.layer_verdicts):
-        flow = comparison["comparisons"]["flow"]["infoflow"]["per_sample"]["others"]
-        value = flow["auroc_per_layer"][layer]
-        assert line.startswith(f"layer {layer}: flow AUROC " + ("n/a" if value is None else ""))
+        n_predicted = flow["per_layer"]["agree"][layer] + flow["per_layer"]["omissions"][layer]
+        if n_predicted == 0:  # layer 0: I(t, 0) = {t}, nothing else to rank
+            assert line.startswith("layer 0: nothing predicted besides")
+        else:
+            value = f"{flow['auroc_per_layer'][layer]:.2f}"
+            assert line.startswith(f"layer {layer}: flow AUROC {value} (random-init ")
 
 
 def test_flow_and_decodability_score_the_same_samples(run_dir):
