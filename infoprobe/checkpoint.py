@@ -98,7 +98,9 @@ def save_checkpoint(
     never leaves a half checkpoint. Refuses an existing ``path`` unless ``overwrite``.
     """
     path = Path(path)
-    with atomic_output(path, overwrite=overwrite, directory=True, what="checkpoint") as tmp:
+    with atomic_output(
+        path, overwrite=overwrite, directory=True, what="checkpoint", kind=FORMAT
+    ) as tmp:
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS))
         meta = {

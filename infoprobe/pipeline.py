@@ -168,10 +168,10 @@ class RunFolder:
         if not self.path.exists():
             return {"format": FORMAT, "stages": {}}
         if not self.manifest_path.is_file():
-            if any(self.path.iterdir()) and not self.overwrite:
+            if any(self.path.iterdir()):
                 raise RunFolderError(
                     f"{self.path} exists and is not an infoprobe run folder (no {MANIFEST}); "
-                    "choose another --out or pass --overwrite"
+                    "choose another --out (--overwrite only redoes stages of a run folder)"
                 )
             return {"format": FORMAT, "stages": {}}
         manifest = json.loads(self.manifest_path.read_text())

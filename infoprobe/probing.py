@@ -33,6 +33,7 @@ from infoprobe.probes.errors import ControlMismatchError, MissingSiteError, Prob
 from infoprobe.probes.linear import LinearProbeScores, ProbeTargets, fit_linear_probes
 from infoprobe.probes.metrics import identification_hits
 from infoprobe.probes.observed import Thresholds, aggregate_observed, per_sample_observed
+from infoprobe.probes.results import FORMAT as RESULTS_FORMAT
 from infoprobe.probes.results import ProbeResults
 from infoprobe.probes.ridge import DEFAULT_ALPHAS
 from infoprobe.probes.split import DEFAULT_FRACTIONS, TEST, TRAIN, VAL, make_split
@@ -444,7 +445,7 @@ def run_probe(
     work if ``out`` exists and not ``overwrite``.
     """
     out_path = Path(out)
-    refuse_existing(out_path, overwrite, "results file")
+    refuse_existing(out_path, overwrite, "probe-results file", kind=RESULTS_FORMAT)
     results = probe_cache(
         cache_path,
         control_path=control_path,

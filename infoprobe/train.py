@@ -388,17 +388,11 @@ def check_output_folder(path: Path, overwrite: bool = False, what: str = "checkp
     must be a writable folder (missing folders in between are created when writing), so
     a path under a regular file or in a read-only folder fails now, not after training.
     """
-    from infoprobe.atomic import refuse_existing
-    from infoprobe.errors import UsageError
+    from infoprobe.atomic import check_writable, refuse_existing
+    from infoprobe.checkpoint import FORMAT
 
-    refuse_existing(path, overwrite, what)
-    ancestor = path.absolute().parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise UsageError(f"{what} folder {path}: {ancestor} is a file, not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UsageError(f"{what} folder {path}: folder {ancestor} is not writable")
+    refuse_existing(path, overwrite, what, kind=FORMAT)
+    check_writable(path, f"{what} folder")
 
 
 def train_and_save(

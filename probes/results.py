@@ -3,7 +3,8 @@
 File layout (``h5dump -H probes.h5`` shows all of it; every dataset has an ``axes``
 attribute naming its axes)::
 
-    /                       attrs: schema_version, infoprobe_version, created, T, d,
+    /                       attrs: format ("infoprobe.probe-results"), schema_version,
+                            infoprobe_version, created, T, d,
                             layers, sites, settings (JSON), thresholds (JSON),
                             provenance (JSON: the source cache's), control_provenance (JSON)
     /scores/<targets>/<probe>/<control>/<metric>   float64 [layer, token, position|role]
@@ -37,6 +38,7 @@ import pandas as pd
 
 from infoprobe.probes.errors import ResultsFileError
 
+FORMAT = "infoprobe.probe-results"
 SCHEMA_VERSION = 1
 SCORE_AXES = {"positions": ("layer", "token", "position"), "roles": ("layer", "token", "role")}
 ScoreKey = tuple[str, str, str, str]  # (targets, probe, control, metric)
@@ -110,6 +112,7 @@ class ProbeResults:
         return final
 
     def _write_to(self, f: h5py.File) -> None:
+        f.attrs["format"] = FORMAT
         f.attrs["schema_version"] = SCHEMA_VERSION
         f.attrs["infoprobe_version"] = _package_version()
         f.attrs["created"] = datetime.now(UTC).isoformat()

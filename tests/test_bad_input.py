@@ -362,3 +362,67 @@ def test_failures_of_a_command_that_ran_go_to_stderr(monkeypatch, capsys, tmp_pa
     assert run_command(monkeypatch, "reproduce", argv) == 1
     out, err = capsys.readouterr()
     assert "simulated" not in out and err == "infoprobe reproduce: error: 1 run failed: simulated\n"
+
+
+# ----------------------------------------------------------------------------- --overwrite
+
+
+def foreign_folder(tmp_path):
+    folder = tmp_path / "v"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("a user's own file")
+    return folder
+
+
+PREDICT = ["--task", "intrinsic-dim", "--D", "2", "--T", "4", "--heads", "2,2", "--samples", "8"]
+
+
+def test_predict_overwrite_never_replaces_a_foreign_folder(monkeypatch, capsys, tmp_path):
+    folder = foreign_folder(tmp_path)
+    argv = [*PREDICT, "--out", str(folder), "--overwrite"]
+    assert_refused(monkeypatch, capsys, tmp_path, "predict", argv, [str(folder), "--overwrite"])
+
+
+def test_overwrite_replaces_only_infoprobe_outputs_of_the_same_kind(tmp_path):
+    from infoprobe.atomic import OutputExistsError, atomic_output
+    from infoprobe.compare import write_comparisons
+
+    folder = foreign_folder(tmp_path)
+    with pytest.raises(OutputExistsError, match="not an infoprobe comparison file"):
+        write_comparisons(folder, {}, overwrite=True)
+    other = tmp_path / "other.json"
+    other.write_text('{"format": "somebody.else"}')
+    with pytest.raises(OutputExistsError, match=r"'somebody\.else'"):
+        write_comparisons(other, {}, overwrite=True)
+    ours = write_comparisons(tmp_path / "c.json", {})
+    write_comparisons(ours, {}, overwrite=True)  # our own comparison file: replaced
+    with pytest.raises(OutputExistsError, match=r"expected 'infoprobe\.report'"):
+        with atomic_output(ours, overwrite=True, what="report folder", kind="infoprobe.report"):
+            pass
+    assert (folder / "notes.txt").read_text() == "a user's own file"
+    assert other.read_text() == '{"format": "somebody.else"}'
+
+
+def test_report_overwrite_never_wipes_a_foreign_folder(tmp_path):
+    from infoprobe.atomic import OutputExistsError
+    from infoprobe.report.build import write_report
+
+    folder = foreign_folder(tmp_path)
+    with pytest.raises(OutputExistsError, match="not an infoprobe report folder"):
+        write_report(folder, inputs=None, overwrite=True)
+    assert (folder / "notes.txt").is_file()
+
+
+def test_outputs_under_a_file_are_one_clear_error(tmp_path):
+    from infoprobe.atomic import OutputPathError
+    from infoprobe.compare import write_comparisons
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputPathError, match="is a file, not a folder"):
+        write_comparisons(tmp_path / "file" / "c.json", {})
+
+
+def test_run_overwrite_refuses_a_folder_that_is_not_a_run_folder(monkeypatch, capsys, tmp_path):
+    folder = foreign_folder(tmp_path)
+    argv = [*TRAIN, "--out", str(folder), "--overwrite"]
+    assert_refused(monkeypatch, capsys, tmp_path, "run", argv, ["not an infoprobe run folder"])

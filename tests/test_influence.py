@@ -531,17 +531,21 @@ def test_cli_help_teaches_both_questions(capsys):
 def cli(run_dir, out, *extra: str, cache: str = "acts.h5") -> int:
     argv = ["influence", str(run_dir / "ckpt"), "--cache", str(run_dir / cache),
             "--out", str(out), "--n", "8", "--quiet", *extra]  # fmt: skip
-    return main(argv)
+    try:
+        return main(argv)
+    except SystemExit as exit_info:  # argparse refuses a bad option value itself
+        return exit_info.code
 
 
 @pytest.mark.parametrize(
     "extra, cache, message",
     [
         ((), "other.h5", "checkpoint_sha256"),
-        (("--directions", "0", "--estimator", "fd"), "acts.h5", "directions must be"),
-        (("--epsilon", "0", "--estimator", "fd"), "acts.h5", "epsilon must be"),
-        (("--epsilon=-1e-3",), "acts.h5", "epsilon must be"),
-        (("--resamples", "0", "--method", "resample"), "acts.h5", "resamples must be"),
+        (("--directions", "0", "--estimator", "fd"), "acts.h5", "--directions"),
+        (("--epsilon", "0", "--estimator", "fd"), "acts.h5", "--epsilon"),
+        (("--epsilon=-1e-3",), "acts.h5", "--epsilon"),
+        (("--epsilon", "nan"), "acts.h5", "--epsilon"),
+        (("--resamples", "0", "--method", "resample"), "acts.h5", "--resamples"),
         (("--n", "99"), "acts.h5", "between 1 and the 24 samples"),
     ],
 )

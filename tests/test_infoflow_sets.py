@@ -253,5 +253,8 @@ def test_cli_grid_and_errors(capsys):
     table = capsys.readouterr().out
     assert "heads \\ T" in table and " X" in table
     assert main(["predict", "--task", "triangle", "--T", "2", "--heads", "1"]) == 2
-    assert "'T' must be an integer >= 3" in capsys.readouterr().out
+    printed = capsys.readouterr()  # errors go to stderr, one line, never into stdout
+    assert "'T' must be an integer >= 3" in printed.err and printed.out == ""
     assert main(["predict", "--task", "triangle", "--heads", "1", "--samples", "3"]) == 2
+    printed = capsys.readouterr()
+    assert "--samples and --out go together" in printed.err and printed.out == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from infoprobe.commands.argtypes import positive_int
 from infoprobe.demo import DemoConfig, run_demo
 
 DESCRIPTION = """\
@@ -28,13 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/demo", help="demo folder (default: %(default)s)")
     p.add_argument(
         "--steps",
-        type=int,
+        type=positive_int,
         default=DemoConfig.steps,
         help="training steps per model (default: %(default)s)",
     )
     p.add_argument(
         "--n-cache",
-        type=int,
+        type=positive_int,
         default=DemoConfig.n_cache,
         help="samples cached and probed per model (default: %(default)s)",
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands.argtypes import device, non_negative_int, positive_float, positive_int
 from infoprobe.influence import (
     DEFAULT_FLOW_FRACTION,
     InfluenceSettings,
@@ -84,47 +85,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--directions",
-        type=int,
+        type=positive_int,
         default=DEFAULTS.directions,
         metavar="K",
         help=f"fd: random directions ({DEFAULTS.directions})",
     )
     p.add_argument(
         "--epsilon",
-        type=float,
+        type=positive_float,
         default=DEFAULTS.epsilon,
         metavar="EPS",
         help=f"fd: nudge size in units of the input scale σ ({DEFAULTS.epsilon:g})",
     )
     p.add_argument(
         "--resamples",
-        type=int,
+        type=positive_int,
         default=DEFAULTS.resamples,
         metavar="R",
         help=f"resample: partner samples ({DEFAULTS.resamples})",
     )
     p.add_argument(
         "--seed",
-        type=int,
+        type=non_negative_int,
         default=DEFAULTS.seed,
         help=f"seed of directions and partners ({DEFAULTS.seed})",
     )
     p.add_argument(
         "--random-init",
-        type=int,
+        type=non_negative_int,
         default=None,
         metavar="SEED",
         help="control: same architecture with weights initialised from SEED",
     )
-    p.add_argument("--n", type=int, default=None, help="use the first N cache samples (all)")
+    p.add_argument(
+        "--n", type=positive_int, default=None, help="use the first N cache samples (all)"
+    )
     p.add_argument(
         "--block-size",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="B",
         help=f"samples per committed block ({DEFAULT_BLOCK_SIZE})",
     )
-    p.add_argument("--device", default="cpu", metavar="DEV", help="torch device (cpu)")
+    p.add_argument("--device", type=device, default="cpu", metavar="DEV", help="torch device (cpu)")
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing influence file at --out"
     )

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 
-from infoprobe.atomic import OutputExistsError
+from infoprobe.atomic import check_writable, refuse_existing
+from infoprobe.commands.argtypes import non_negative_int, positive_int
 from infoprobe.commands.modelargs import add_model_arguments, model_config_from_args, parse_heads
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.errors import UsageError
@@ -22,8 +24,8 @@ from infoprobe.infoflow import (
     write_sets,
 )
 from infoprobe.infoflow.grid import default_heads
+from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
 from infoprobe.pipeline import predict_for_cache
-from infoprobe.tasks import TaskError
 
 DESCRIPTION = """\
 Predict, from the InfoFlow theory alone (no training), whether an architecture can
@@ -84,7 +86,7 @@ def register(subparsers) -> None:
     g.add_argument("--json", action="store_true", help="print the prediction as JSON")
     g.add_argument(
         "--samples",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="with --out: number of task samples whose predicted sets are written",
@@ -92,7 +94,7 @@ def register(subparsers) -> None:
     g.add_argument("--out", default=None, metavar="PRED.h5", help="HDF5 file for the sets")
     g.add_argument(
         "--data-seed",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="samples come from numpy.random.default_rng(DATA_SEED) (default: 0)",
     )
@@ -129,30 +131,26 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.task is None:
         raise UsageError("give --task NAME (and its parameters), or --cache ACTS.h5 --out PRED.h5")
-    try:
-        task = task_from_args(args)
-        config = model_config_from_args(args, task)
-        prediction = predict(task, config, kth_law=args.kth_law)
-        if args.grid:
-            return _run_grid(args, task, prediction)
-        print(json.dumps(prediction.to_dict(), indent=2) if args.json else prediction.describe())
-        if (args.samples is None) != (args.out is None):
-            raise InfoFlowError("--samples and --out go together: give both or neither")
-        if args.out is not None:
-            if args.samples < 1:
-                raise InfoFlowError(f"--samples must be >= 1, got {args.samples}")
-            x, _ = task.sample(args.samples, np.random.default_rng(args.data_seed))
-            provenance = {"data_seed": args.data_seed, "samples": args.samples,
-                          "generator": "numpy.random.default_rng(data_seed)"}  # fmt: skip
-            path = write_sets(args.out, prediction, x, provenance,
-                              overwrite=args.overwrite, progress=not args.quiet)  # fmt: skip
-            if not args.json:
-                print(
-                    f"wrote predicted sets [L+1, N, T+1, T+1] of {args.samples} samples to {path}"
-                )
-    except (TaskError, InfoFlowError, OutputExistsError, ValueError) as err:
-        print(f"error: {err}")
-        return 2
+    if (args.samples is None) != (args.out is None):
+        raise UsageError("--samples and --out go together: give both or neither")
+    if args.out is not None:  # refuse an output that cannot be written before any work
+        out = Path(args.out)
+        refuse_existing(out, args.overwrite, "predicted-sets file", kind=SETS_FORMAT)
+        check_writable(out, "predicted-sets file")
+    task = task_from_args(args)
+    config = model_config_from_args(args, task)
+    prediction = predict(task, config, kth_law=args.kth_law)
+    if args.grid:
+        return _run_grid(args, task, prediction)
+    print(json.dumps(prediction.to_dict(), indent=2) if args.json else prediction.describe())
+    if args.out is not None:
+        x, _ = task.sample(args.samples, np.random.default_rng(args.data_seed))
+        provenance = {"data_seed": args.data_seed, "samples": args.samples,
+                      "generator": "numpy.random.default_rng(data_seed)"}  # fmt: skip
+        path = write_sets(args.out, prediction, x, provenance,
+                          overwrite=args.overwrite, progress=not args.quiet)  # fmt: skip
+        if not args.json:
+            print(f"wrote predicted sets [L+1, N, T+1, T+1] of {args.samples} samples to {path}")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands.argtypes import non_negative_int
 from infoprobe.commands.compare import add_source_arguments, print_comparison, sources_from_args
 from infoprobe.report.build import from_sources, write_report
 from infoprobe.sources import checkpoint_history, compare_sources
@@ -46,7 +47,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--samples",
-        type=int,
+        type=non_negative_int,
         default=3,
         metavar="K",
         help="per-sample views of the first K test samples (default 3; attention: --cache)",

@@ -6,6 +6,7 @@ import argparse
 
 import torch
 
+from infoprobe.commands.argtypes import positive_int
 from infoprobe.commands.modelargs import (
     add_model_arguments,
     add_train_arguments,
@@ -36,7 +37,7 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("analysis", "cache, probes, comparison")
     g.add_argument(
         "--n-cache",
-        type=int,
+        type=positive_int,
         default=d.n_cache,
         help="samples cached and probed (default: %(default)s)",
     )
@@ -53,7 +54,7 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--cache-batch",
-        type=int,
+        type=positive_int,
         default=d.batch_size,
         help="samples per forward pass when caching (default: %(default)s)",
     )

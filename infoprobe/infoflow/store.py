@@ -24,7 +24,8 @@ from .errors import SetsFileError
 from .execute import DEFAULT_CHUNK, execute
 from .predict import Prediction
 
-SCHEMA = "infoprobe.predicted-sets/1"
+FORMAT = "infoprobe.predicted-sets"
+SCHEMA = f"{FORMAT}/1"
 AXES = "layer,sample,token,position"
 CONVENTION = (
     "0-based: data tokens/positions 0..T-1 are the paper's 1..T, CLS is T (paper T+1); "
@@ -69,7 +70,7 @@ def write_sets(
     n, T, _ = x.shape
     L = prediction.program.n_layers
     summary = {k: v for k, v in prediction.to_dict().items() if k != "program"}
-    with atomic_output(path, overwrite=overwrite, what="predicted-sets file") as tmp:
+    with atomic_output(path, overwrite=overwrite, what="predicted-sets file", kind=FORMAT) as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs["schema"] = SCHEMA
             f.attrs["infoprobe_version"] = __version__

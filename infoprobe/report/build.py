@@ -320,7 +320,9 @@ def write_report(
     of report.html.
     """
     out_dir = Path(out_dir)
-    with atomic_output(out_dir, overwrite=overwrite, directory=True, what="report folder") as tmp:
+    with atomic_output(
+        out_dir, overwrite=overwrite, directory=True, what="report folder", kind=FORMAT
+    ) as tmp:
         pngs: dict[str, bytes] = {}
         meta: dict[str, dict[str, str]] = {}
         for name, (fig, title, caption) in build_figures(inputs).items():
