@@ -72,6 +72,29 @@ def check_writable(path: Path, what: str = "output") -> None:
         raise OutputPathError(f"{what} {path}: folder {ancestor} is not writable")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a process of another user holds that pid
+    return True
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove ``NAME.tmp-<pid>`` leftovers of ``path`` whose process no longer runs (a
+    killed run); returns what was removed. Another live process's temp is left alone."""
+    path = Path(path)
+    removed = []
+    for tmp in path.parent.glob(f"{path.name}.tmp-*"):
+        pid = tmp.name.rsplit(".tmp-", 1)[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            _remove(tmp)
+            removed.append(tmp)
+    return removed
+
+
 def temp_name(path: Path) -> Path:
     """``NAME.tmp-<pid>`` beside ``path``: the name a half-written output lives under."""
     return path.with_name(f"{path.name}.tmp-{os.getpid()}")
@@ -125,6 +148,7 @@ def atomic_output(
     path = Path(path)
     refuse_existing(path, overwrite, what, kind)
     check_writable(path, what)
+    remove_stale_temps(path)
     tmp = temp_name(path)
     _remove(tmp)
     if directory:

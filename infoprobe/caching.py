@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from infoprobe.atomic import remove_stale_temps
 from infoprobe.checkpoint import Checkpoint, load_checkpoint
 from infoprobe.hooks import CachePlan, CacheSummary, plan_cache, write_cache
 from infoprobe.hooks.writer import BatchFn
@@ -79,7 +80,9 @@ class CacheJob:
         progress: bool = True,
         durable: bool = False,
     ) -> CacheSummary:
-        """Write (or resume) the cache at ``out`` (``durable``: fsync every batch)."""
+        """Write (or resume) the cache at ``out`` (``durable``: fsync every batch); temp
+        files a killed earlier run left beside ``out`` are removed first."""
+        remove_stale_temps(Path(out))
         return write_cache(
             out,
             self.model,

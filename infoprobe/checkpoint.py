@@ -219,7 +219,22 @@ def load_checkpoint(
             raise CheckpointError(
                 f"{path / META}: field 'task' is not a valid task: {err}"
             ) from None
+    check_task_fits(task, cfg, path / META)
     return Checkpoint(path, model, task, cfg, {**meta, "task": task.to_dict()})
+
+
+def check_task_fits(task: Any, cfg: ModelConfig, where: Path) -> None:
+    """Refuse a task whose inputs or targets do not fit the model (T, d, d_out)."""
+    pairs = (("T", "n_ctx", task.T), ("d", "d_in", task.d), ("d_out", "d_out", task.d_out))
+    wrong = [
+        f"task {name}={value} but model_config field '{field}' is {getattr(cfg, field)}"
+        for name, field, value in pairs
+        if value != getattr(cfg, field)
+    ]
+    if wrong:
+        raise CheckpointError(
+            f"{where}: task {task.name!r} does not fit the model: " + "; ".join(wrong)
+        )
 
 
 def _model_config(meta: dict, meta_path: Path) -> ModelConfig:

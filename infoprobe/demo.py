@@ -94,6 +94,8 @@ def run_demo(
     if parallel:
         with multiprocessing.get_context("spawn").Pool(len(jobs)) as pool:
             summaries = pool.map(_one_model, jobs)
+            pool.close()  # let the workers exit on their own (terminate() may leak)
+            pool.join()
     else:
         summaries = [_one_model(job) for job in jobs]
     return summaries, write_index(out, summaries, cfg)

@@ -47,7 +47,7 @@ from infoprobe.report.build import from_sources, write_report
 from infoprobe.rollout import RolloutConfig
 from infoprobe.sources import checkpoint_history, compare_sources, load_sources
 from infoprobe.tasks import task_from_dict
-from infoprobe.train import TrainConfig, train_and_save
+from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
 
 MANIFEST = "run.json"
 FORMAT = "infoprobe.run"
@@ -81,6 +81,15 @@ class RunSettings:
     flow: bool = True
     influence: InfluenceSettings = field(default_factory=InfluenceSettings)
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        """Validate every setting before any stage touches a file."""
+        for name in ("n_cache", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RunFolderError(f"RunSettings.{name}: expected an integer >= 1, got {value!r}")
+        ProbeSettings(probe=self.probe, device=self.device)  # raises on an unknown probe
+        make_split(self.n_cache)  # raises when the probes' split would be too small
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -185,6 +194,8 @@ class RunFolder:
 
     def run(self, stages: list[Stage]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
+        if not self.manifest_path.is_file():  # a run folder from its first moment on
+            self._write_manifest()
         for i, stage in enumerate(stages, 1):
             label = f"[{i}/{len(stages)}] {stage.name:<9}"
             target = self.path / stage.output
@@ -432,6 +443,19 @@ def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
     )
 
 
+def _train_stage(task, model_cfg: ModelConfig, train_cfg: TrainConfig, dst: Path, **kw) -> None:
+    """Train into ``dst``; a diverging run keeps nothing there and stops with one line."""
+    try:
+        train_and_save(task, model_cfg, train_cfg, dst, **kw)
+    except NonFiniteLossError as err:
+        if dst.exists():
+            shutil.rmtree(dst)  # a diverged model is not this stage's output
+        raise RunFolderError(
+            f"stage 'train' diverged: non-finite training loss at step {err.step}; nothing "
+            "was kept. Lower --lr or set --grad-clip and re-run into the same folder"
+        ) from None
+
+
 def run_pipeline(
     out: str | os.PathLike,
     task,
@@ -456,7 +480,7 @@ def run_pipeline(
         "train",
         "checkpoint",
         train_key,
-        build=lambda dst: train_and_save(
+        build=lambda dst: _train_stage(
             task, model_cfg, train_cfg, dst, progress=progress, log=None if progress else log
         ),
     )

@@ -21,7 +21,7 @@ from typing import Any
 import einops
 import numpy as np
 
-from infoprobe.atomic import refuse_existing
+from infoprobe.atomic import refuse_existing, remove_stale_temps
 from infoprobe.hooks import layer_sites, open_cache
 from infoprobe.probes.controls import (
     check_control_compatible,
@@ -110,6 +110,8 @@ class _Source:
         start = 0
         size = self.block_size or self.cache.default_block_size(self.sites)
         for block in self.cache.iter_blocks(self.sites, size, include_inputs=False):
+            for site in self.sites:  # name the dataset and its index, not the stack's
+                check_finite(block[site], f"{self.cache.path}:/acts/{site}", offset=start)
             states = np.stack([block[s] for s in self.sites], axis=1)  # [b, l, t, e]
             yield start, einops.rearrange(states, "b l t e -> b (l t) e")
             start += states.shape[0]
@@ -138,6 +140,19 @@ def _open_layers(path: str | os.PathLike[str]) -> tuple[Any, list[str]]:
 
 
 def _check_control(main: Any, control: Any, x: np.ndarray) -> None:
+    seed = control.provenance.get("random_init_seed")
+    if seed is None:
+        raise ControlMismatchError(
+            f"{control.path}: provenance field 'random_init_seed' expected a seed (a "
+            "random-init control: `infoprobe cache CHECKPOINT --random-init SEED`), got None: "
+            "it caches trained weights, which cannot serve as the untrained control"
+        )
+    if main.checkpoint_sha256 and control.checkpoint_sha256 != main.checkpoint_sha256:
+        raise ControlMismatchError(
+            f"{control.path}: provenance field 'checkpoint_sha256' expected "
+            f"{main.checkpoint_sha256} (the checkpoint of {main.path}), got "
+            f"{control.checkpoint_sha256}: the control of another checkpoint"
+        )
     check_control_compatible(
         main.model_config,
         control.model_config,
@@ -446,6 +461,7 @@ def run_probe(
     """
     out_path = Path(out)
     refuse_existing(out_path, overwrite, "probe-results file", kind=RESULTS_FORMAT)
+    remove_stale_temps(out_path)
     results = probe_cache(
         cache_path,
         control_path=control_path,

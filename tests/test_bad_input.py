@@ -426,3 +426,119 @@ def test_run_overwrite_refuses_a_folder_that_is_not_a_run_folder(monkeypatch, ca
     folder = foreign_folder(tmp_path)
     argv = [*TRAIN, "--out", str(folder), "--overwrite"]
     assert_refused(monkeypatch, capsys, tmp_path, "run", argv, ["not an infoprobe run folder"])
+
+
+# ----------------------------------------------------------------------------- pipeline inputs
+
+
+@pytest.fixture(scope="module")
+def probed_files(tmp_path_factory):
+    from test_report import write_pipeline_files
+
+    return write_pipeline_files(tmp_path_factory.mktemp("files"))
+
+
+def test_a_trained_cache_is_refused_as_the_random_init_control(probed_files, tmp_path):
+    from infoprobe.probes.errors import ControlMismatchError
+    from infoprobe.probing import run_probe
+
+    acts = probed_files / "acts.h5"
+    with pytest.raises(ControlMismatchError, match="random_init_seed"):
+        run_probe(acts, tmp_path / "p.h5", control_path=acts, progress=False)
+    assert not (tmp_path / "p.h5").exists()
+
+
+def test_the_random_init_control_of_another_checkpoint_is_refused(probed_files, tmp_path):
+    from test_report import write_pipeline_files
+
+    from infoprobe.caching import cache_checkpoint
+    from infoprobe.probes.errors import ControlMismatchError
+    from infoprobe.probing import run_probe
+
+    other = write_pipeline_files(tmp_path / "other", model_seed=1)
+    control = tmp_path / "control.h5"
+    cache_checkpoint(other / "model", control, n=400, batch_size=200, data_seed=5,
+                     random_init_seed=3, sites="residual,attention", progress=False)  # fmt: skip
+    with pytest.raises(ControlMismatchError, match="checkpoint_sha256"):
+        run_probe(probed_files / "acts.h5", tmp_path / "p.h5", control_path=control,
+                  progress=False)  # fmt: skip
+
+
+def test_a_nan_state_names_the_dataset_and_its_own_index(probed_files, tmp_path):
+    import shutil
+
+    import h5py
+
+    from infoprobe.probes.errors import NonFiniteActivationError
+    from infoprobe.probing import probe_cache
+
+    acts = tmp_path / "acts.h5"
+    shutil.copy(probed_files / "acts.h5", acts)
+    with h5py.File(acts, "r+") as f:
+        f["acts/blocks.1.hook_resid_post"][7, 2, 3] = np.nan
+    with pytest.raises(NonFiniteActivationError, match=r"blocks\.1\.hook_resid_post.*\(7, 2, 3\)"):
+        probe_cache(acts, progress=False)
+
+
+def test_run_settings_are_validated_before_any_file_is_touched():
+    from infoprobe.pipeline import RunFolderError, RunSettings
+    from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
+
+    with pytest.raises(RunFolderError, match="n_cache"):
+        RunSettings(n_cache=0)
+    with pytest.raises(SplitTooSmallError, match="use more samples"):
+        RunSettings(n_cache=10)
+    with pytest.raises(ProbeInputError, match="probe"):
+        RunSettings(probe="bogus")
+
+
+def test_run_overwrite_with_a_bad_setting_keeps_the_existing_outputs(monkeypatch, capsys, tmp_path):
+    folder = tmp_path / "run"
+    argv = [*TRAIN, "--n-cache", "200", "--out", str(folder)]
+    assert run_command(monkeypatch, "run", argv) == 0
+    capsys.readouterr()
+    argv = [*TRAIN, "--n-cache", "10", "--out", str(folder), "--overwrite"]
+    assert_refused(monkeypatch, capsys, tmp_path, "run", argv, ["split", "use more samples"])
+
+
+def test_a_diverging_run_is_one_line_and_the_folder_stays_resumable(monkeypatch, capsys, tmp_path):
+    folder = tmp_path / "run"
+    wild = [*TRAIN, "--n-cache", "200", "--lr", "1e6", "--grad-clip", "1e9", "--out", str(folder)]
+    assert run_command(monkeypatch, "run", wild) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stage 'train' diverged" in err and "step" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["run.json"]
+    tame = [*TRAIN, "--n-cache", "200", "--out", str(folder)]
+    assert run_command(monkeypatch, "run", tame) == 0  # same folder, no --overwrite needed
+    assert (folder / "comparison.json").is_file()
+
+
+def test_probe_checkpoint_refuses_a_task_that_does_not_fit_before_writing(
+    probed_files, monkeypatch, capsys, tmp_path
+):
+    import json
+    import shutil
+
+    bare = tmp_path / "bare"  # a checkpoint made outside infoprobe: no task recorded
+    shutil.copytree(probed_files / "model", bare)
+    meta = json.loads((bare / "checkpoint.json").read_text())
+    del meta["task"]
+    (bare / "checkpoint.json").write_text(json.dumps(meta))
+    argv = [str(bare), "--task", "intrinsic-dim", "--D", "2", "--T", "9",
+            "--out", str(tmp_path / "out")]  # fmt: skip
+    assert_refused(monkeypatch, capsys, tmp_path, "probe-checkpoint", argv, ["T=9", "n_ctx"])
+
+
+def test_temp_files_of_killed_runs_are_removed(tmp_path):
+    from infoprobe.atomic import atomic_output
+
+    out = tmp_path / "c.json"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    stale = tmp_path / f"c.json.tmp-{dead}"
+    stale.write_text("half")
+    live = tmp_path / f"c.json.tmp-{os.getppid()}"  # a running process: left alone
+    live.write_text("in progress")
+    with atomic_output(out) as tmp:
+        tmp.write_text("{}")
+    assert not stale.exists() and live.exists() and out.read_text() == "{}"

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 N_CACHE = 3000
 
 
-def cache_of(path, model, task, sites):
+def cache_of(path, model, task, sites, random_init_seed=None):
     def batch_fn(b, size):
         return task.sample(size, np.random.default_rng([7, b]))
 
@@ -34,6 +34,7 @@ def cache_of(path, model, task, sites):
         "checkpoint_sha256": None,
         "model_config": model.cfg.to_dict(),
         "data_spec": {"task": task.to_dict(), "n": N_CACHE, "data_seed": 7},
+        "random_init_seed": random_init_seed,
     }
     write_cache(
         path,
@@ -69,7 +70,9 @@ def trained_pair(tmp, task, cfg, steps, sites):
     finally:
         torch.set_num_threads(threads)
     trained = cache_of(tmp / "trained.h5", result.model, task, sites)
-    untrained = cache_of(tmp / "untrained.h5", InfoFlowTransformer(cfg, seed=11), task, sites)
+    untrained = cache_of(
+        tmp / "untrained.h5", InfoFlowTransformer(cfg, seed=11), task, sites, random_init_seed=11
+    )
     return result, trained, untrained
 
 

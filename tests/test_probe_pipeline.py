@@ -66,7 +66,9 @@ def expected_sets() -> np.ndarray:
     return sets
 
 
-def make_cache(path, model, *, seed=0, n=N, x_fn=None, sites="residual,attention"):
+def make_cache(
+    path, model, *, seed=0, n=N, x_fn=None, sites="residual,attention", random_init_seed=None
+):
     def batch_fn(b, size):
         rng = np.random.default_rng([seed, b])
         x = rng.normal(size=(size, T, D)).astype(np.float32)
@@ -78,6 +80,7 @@ def make_cache(path, model, *, seed=0, n=N, x_fn=None, sites="residual,attention
         "checkpoint_sha256": None,
         "model_config": model.cfg.to_dict(),
         "data_spec": {"task": "gaussian-test", "n": n, "data_seed": seed, "batch_size": 200},
+        "random_init_seed": random_init_seed,
     }
     write_cache(
         path,
@@ -96,7 +99,9 @@ def make_cache(path, model, *, seed=0, n=N, x_fn=None, sites="residual,attention
 def caches(tmp_path_factory):
     root = tmp_path_factory.mktemp("caches")
     trained = make_cache(root / "planted.h5", planted_model())
-    control = make_cache(root / "random.h5", InfoFlowTransformer(planted_config(), seed=3))
+    control = make_cache(
+        root / "random.h5", InfoFlowTransformer(planted_config(), seed=3), random_init_seed=3
+    )
     return trained, control
 
 
@@ -206,10 +211,14 @@ def test_control_of_other_architecture_or_data_refused(caches, tmp_path):
     other = ModelConfig(
         d_in=D, n_ctx=T, d_model=8, heads=(1,), pos_encoding="learned", d_mlp=0, d_readout=4
     )
-    wrong_arch = make_cache(tmp_path / "arch.h5", InfoFlowTransformer(other, seed=1))
+    wrong_arch = make_cache(
+        tmp_path / "arch.h5", InfoFlowTransformer(other, seed=1), random_init_seed=1
+    )
     with pytest.raises(ControlMismatchError, match="d_model"):
         probe_cache(trained, control_path=wrong_arch, settings=SETTINGS, progress=False)
-    wrong_data = make_cache(tmp_path / "data.h5", InfoFlowTransformer(planted_config(), 1), seed=9)
+    wrong_data = make_cache(
+        tmp_path / "data.h5", InfoFlowTransformer(planted_config(), 1), seed=9, random_init_seed=1
+    )
     with pytest.raises(ControlMismatchError, match="data_seed"):
         probe_cache(trained, control_path=wrong_data, settings=SETTINGS, progress=False)
     out = tmp_path / "never.h5"
