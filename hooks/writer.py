@@ -34,10 +34,11 @@ from infoprobe.hooks.errors import (
     CacheError,
     Float16OverflowError,
     InsufficientDiskError,
+    NotACacheError,
     ProvenanceMismatchError,
     TruncatedCacheError,
 )
-from infoprobe.hooks.hdf5 import json_differences
+from infoprobe.hooks.hdf5 import is_hdf5_file, json_differences, plain_attr
 from infoprobe.hooks.reader import read_header
 from infoprobe.hooks.schema import (
     FORMAT,
@@ -252,6 +253,12 @@ def _check_disk(path: Path, needed: int) -> None:
 
 def _prepare(path: Path, plan: CachePlan, attrs: Mapping[str, Any], overwrite: bool) -> int:
     """Create or validate the file; return the sample index to start writing at."""
+    if (path.exists() or path.is_symlink()) and overwrite and not _is_cache(path):
+        raise NotACacheError(
+            f"{path} is not an infoprobe activation cache (no 'format' attribute "
+            f"{FORMAT!r}); --overwrite only replaces a cache: move it away or choose "
+            "another output"
+        )
     if path.exists() and not overwrite:
         header = read_header(path, allow_incomplete=True)
         _check_identity(path, header, attrs, plan)
@@ -267,6 +274,17 @@ def _prepare(path: Path, plan: CachePlan, attrs: Mapping[str, Any], overwrite: b
     _check_disk(path, plan.nbytes)
     _create(path, plan, attrs)
     return 0
+
+
+def _is_cache(path: Path) -> bool:
+    """Whether ``path`` is an HDF5 file whose root ``format`` names an activation cache."""
+    if not is_hdf5_file(path):
+        return False
+    try:
+        with h5py.File(path, "r") as f:
+            return plain_attr(f.attrs.get("format")) == FORMAT
+    except OSError:
+        return False
 
 
 def _to_storage(name: str, tensor: torch.Tensor, dtype: str) -> np.ndarray:

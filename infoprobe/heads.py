@@ -289,7 +289,8 @@ class ObservedProgram:
 
     @property
     def chance(self) -> float:
-        return 1.0 / (self.T + 1)
+        """Chance argmax agreement (see CHANCE_RULE)."""
+        return 1.0 / self.T
 
     def row(self, block: int, head: int) -> HeadRow:
         for r in self.rows:

@@ -542,3 +542,26 @@ def test_temp_files_of_killed_runs_are_removed(tmp_path):
     with atomic_output(out) as tmp:
         tmp.write_text("{}")
     assert not stale.exists() and live.exists() and out.read_text() == "{}"
+
+
+def test_cache_overwrite_never_replaces_a_foreign_file(probed_files, tmp_path):
+    from infoprobe.caching import cache_checkpoint
+    from infoprobe.hooks import NotACacheError
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a user's own file")
+    with pytest.raises(NotACacheError, match="not an infoprobe activation cache"):
+        cache_checkpoint(probed_files / "model", notes, n=20, batch_size=10, overwrite=True,
+                         progress=False)  # fmt: skip
+    assert notes.read_text() == "a user's own file"
+
+
+@pytest.mark.parametrize("option", [{"workers": 0}, {"threads": -2}])
+def test_reproduce_refuses_bad_workers_before_writing_anything(option, tmp_path):
+    from infoprobe.reproduce import reproduce
+    from infoprobe.reproduce.backends import BackendError
+
+    out = tmp_path / "sweep"
+    with pytest.raises(BackendError, match=">= 1"):
+        reproduce("triangle", profile="quick", out=out, **option)
+    assert not out.exists()

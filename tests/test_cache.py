@@ -42,13 +42,7 @@ CFG = dict(d_in=3, n_ctx=5, d_model=12, heads=[2, 3], d_mlp=16, d_readout=8)
 N, BATCH, SEED = 22, 8, 5  # three batches: 8, 8, 6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: the machine is shared, and the kill test's child uses one too."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_model(seed: int = 3) -> InfoFlowTransformer:

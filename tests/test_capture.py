@@ -22,14 +22,7 @@ from infoprobe.hooks import (
 )
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: the test machine is shared, and results must not depend on it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class TinyBlock(nn.Module):

@@ -23,12 +23,7 @@ from infoprobe.probes.split import TEST, make_split
 T, D = 8, 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def instruments(value_rank):

@@ -438,3 +438,12 @@ def test_agreement_is_taken_over_the_data_keys_a_retrieval_chooses_from():
     pattern[:, 0, :, T] = 0.7  # the CLS key holds the overall argmax everywhere
     assert argmax_agreement(pattern, chosen, np.arange(T), T)[0] == 1.0
     assert argmax_agreement(pattern, chosen, np.arange(T))[0] == 0.0
+
+
+def test_the_reported_chance_is_the_rows_chance():
+    _, program, x = intrinsic_case(n=20, seed=6)
+    tokens = T + 1
+    uniform = np.full((len(x), 2, tokens, tokens), 1.0 / tokens)
+    obs = observed_program([uniform, uniform], program, x)
+    assert obs.chance == obs.to_dict()["chance"] == pytest.approx(1 / T)
+    assert all(r.chance == obs.chance for r in obs.rows)

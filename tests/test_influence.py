@@ -51,12 +51,7 @@ from infoprobe.tasks import make_task
 T, D = 8, 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def gaussian(n: int, T: int = T, d: int = D, seed: int = 0) -> np.ndarray:

@@ -9,7 +9,7 @@ from infoprobe.commands.argtypes import positive_int
 from infoprobe.demo import DemoConfig, run_demo
 
 DESCRIPTION = """\
-The toolkit's point in one run (about 3 minutes on an idle 2-core CPU): two models on the
+The toolkit's point in one run (about 3.5 minutes on an idle 2-core CPU): two models on the
 intrinsic-dimension task (D=2, T=16), one with (2,2) heads, which InfoFlow calls
 efficient, and one with (1,2), which it calls inefficient. Each is trained, cached,
 probed and measured by flow (each with a random-init control), predicted, compared and

@@ -18,6 +18,7 @@ from typing import Any
 from infoprobe.atomic import atomic_output
 from infoprobe.report.build import render_png
 from infoprobe.reproduce.backends import (
+    BackendError,
     LocalBackend,
     RayBackend,
     available_cores,
@@ -139,6 +140,11 @@ def reproduce(
     A finished run (its record exists) is never trained again; failed runs are retried on
     the next call. Results are gathered from every finished run even if some failed.
     """
+    for name, value in (("workers", workers), ("threads", threads)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise BackendError(f"{name}: expected an integer >= 1, got {value!r}")
     claim_obj = get_claim(claim)
     prof = claim_obj.profile(profile)
     check_device(device)
