@@ -13,8 +13,10 @@ import copy
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,8 @@ EVAL_BATCH = 4096
 """Samples per evaluation forward pass, unless one pass would exceed the budget below."""
 EVAL_BUDGET_BYTES = 1 << 30
 """Activation memory one evaluation pass may take (smaller batches for long contexts)."""
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+"""``TrainConfig.dtype`` names and the torch dtypes they select."""
 
 
 class TrainingError(ValueError):
@@ -73,6 +77,12 @@ class TrainConfig:
         eval_every: steps between validation evaluations.
         patience: stop after this many evaluations without improvement (``None``: never).
         device: torch device (``"cpu"`` or ``"cuda"``).
+        dtype: ``"float32"`` (default) or ``"float64"`` for the weights, data and
+            arithmetic (float64: a check of numerical limits, several times slower).
+        compile: run the training step's forward and backward through ``torch.compile``
+            (falls back to eager, with a warning, where the platform cannot compile).
+            Results equal eager ones within float tolerance; compilation costs tens of
+            seconds once per process, so it pays off for runs of thousands of steps.
     """
 
     steps: int = 10_000
@@ -88,6 +98,8 @@ class TrainConfig:
     eval_every: int = 250
     patience: int | None = None
     device: str = "cpu"
+    dtype: str = "float32"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> TrainingError:
@@ -114,6 +126,10 @@ class TrainConfig:
             raise TrainingError(
                 f"TrainConfig.n_train={self.n_train} is smaller than batch_size={self.batch_size}"
             )
+        if self.dtype not in DTYPES:
+            raise bad("dtype", f"one of {sorted(DTYPES)}")
+        if not isinstance(self.compile, bool | np.bool_):
+            raise bad("compile", "true or false")
         try:
             torch.device(self.device)
         except (RuntimeError, ValueError, TypeError):
@@ -169,10 +185,13 @@ def check_task_fits(task: Any, cfg: ModelConfig) -> None:
             )
 
 
-def sample_tensors(task: Any, n: int, rng: np.random.Generator, device: str):
+def sample_tensors(
+    task: Any, n: int, rng: np.random.Generator, device: str, dtype: str = "float32"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """n samples of ``task`` as tensors on ``device``: x [n, T, d], y [n, d_out]."""
     x, y = task.sample(n, rng)
-    return torch.as_tensor(x, device=device), torch.as_tensor(y, device=device)
+    as_tensor = partial(torch.as_tensor, device=device, dtype=DTYPES[dtype])
+    return as_tensor(x), as_tensor(y)
 
 
 def activation_floats(cfg: ModelConfig, *, training: bool) -> int:
@@ -219,20 +238,21 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.3g} GB"
 
 
-def check_memory_fits(model_cfg: ModelConfig, cfg: TrainConfig) -> None:
+def check_memory_fits(model_cfg: ModelConfig, cfg: TrainConfig, members: int = 1) -> None:
     """Raise :class:`TrainingError` if one training batch plus the held data sets cannot
     fit in the memory of ``cfg.device`` (see :func:`activation_floats`), instead of
-    failing with an out-of-memory error part-way."""
+    failing with an out-of-memory error part-way. ``members``: models trained together
+    as one batched ensemble (each with its own batch and data sets)."""
     limit = device_memory_bytes(cfg.device)
     if limit is None:
         return
-    batch = 4 * cfg.batch_size * activation_floats(model_cfg, training=True)
-    samples = cfg.n_val + cfg.n_test + (cfg.n_train or 0) + cfg.batch_size
+    batch = 4 * members * cfg.batch_size * activation_floats(model_cfg, training=True)
+    samples = members * (cfg.n_val + cfg.n_test + (cfg.n_train or 0) + cfg.batch_size)
     data = 4 * samples * (model_cfg.n_ctx * model_cfg.d_in + model_cfg.d_out)
     evaluation = 4 * eval_batch_size(model_cfg) * activation_floats(model_cfg, training=False)
     if batch + data + evaluation > limit:
         raise TrainingError(
-            f"TrainConfig.batch_size: one training batch of {cfg.batch_size} samples at "
+            f"TrainConfig.batch_size: {members} training batch(es) of {cfg.batch_size} samples at "
             f"T={model_cfg.n_ctx} with heads {list(model_cfg.heads)} needs about "
             f"{_gb(batch)} (attention keeps [batch, heads, T+1, T+1] per layer) plus "
             f"{_gb(data + evaluation)} for the data sets and evaluation, more than the "
@@ -263,18 +283,53 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def new_model(task: Any, model_cfg: ModelConfig, cfg: TrainConfig) -> InfoFlowTransformer:
+    """A fresh model initialised from ``cfg.seed``, on ``cfg.device`` in ``cfg.dtype``.
+    Refuses a model that does not fit the task or whose training batch cannot fit in
+    the device's memory."""
+    check_task_fits(task, model_cfg)
+    check_memory_fits(model_cfg, cfg)
+    model = InfoFlowTransformer(model_cfg, seed=cfg.seed)
+    return model.to(device=cfg.device, dtype=DTYPES[cfg.dtype])
+
+
 def setup_training(
     task: Any, model_cfg: ModelConfig, cfg: TrainConfig
 ) -> tuple[InfoFlowTransformer, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """A fresh model (initialised from ``cfg.seed``, on ``cfg.device``), its AdamW
-    optimiser and its warm-up + cosine schedule. Refuses a model that does not fit the
-    task or whose training batch cannot fit in the device's memory."""
-    check_task_fits(task, model_cfg)
-    check_memory_fits(model_cfg, cfg)
-    model = InfoFlowTransformer(model_cfg, seed=cfg.seed).to(cfg.device)
+    """A fresh model (:func:`new_model`), its AdamW optimiser and its warm-up + cosine
+    schedule."""
+    model = new_model(task, model_cfg, cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     return model, opt, sched
+
+
+@dataclass
+class DataStreams:
+    """One run's data: the validation set x [n_val, T, d], y [n_val, d_out], the training
+    stream's generator and, with ``n_train``, the fixed training set."""
+
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    train_rng: np.random.Generator
+    fixed: tuple[torch.Tensor, torch.Tensor] | None
+
+
+def data_streams(task: Any, cfg: TrainConfig) -> DataStreams:
+    """The seeded streams of a run (module docstring): validation ``[seed, 1]``,
+    training ``[seed, 0]``."""
+    sample = partial(sample_tensors, task, device=cfg.device, dtype=cfg.dtype)
+    x_val, y_val = sample(cfg.n_val, np.random.default_rng([cfg.seed, VAL_STREAM]))
+    train_rng = np.random.default_rng([cfg.seed, TRAIN_STREAM])
+    fixed = sample(cfg.n_train, train_rng) if cfg.n_train else None
+    return DataStreams(x_val, y_val, train_rng, fixed)
+
+
+def standardise_targets(model: InfoFlowTransformer, y_val: torch.Tensor) -> None:
+    """Set the readout's target mean and scale [d_out] from the validation targets
+    (held out from training, no test peek)."""
+    model.readout.y_mean.copy_(y_val.mean(0))
+    model.readout.y_scale.copy_(y_val.std(0).clamp_min(1e-8))
 
 
 def draw_batch(
@@ -286,14 +341,21 @@ def draw_batch(
     """One training batch x [b, T, d], y [b, d_out]: fresh samples, or drawn with
     replacement from the fixed training set ``fixed``."""
     if fixed is None:
-        return sample_tensors(task, cfg.batch_size, rng, cfg.device)
+        return sample_tensors(task, cfg.batch_size, rng, cfg.device, cfg.dtype)
     idx = torch.as_tensor(rng.integers(0, len(fixed[0]), cfg.batch_size), device=cfg.device)
     return fixed[0][idx], fixed[1][idx]
 
 
-def batch_loss(model: InfoFlowTransformer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean squared error in standardised target units (an NMSE estimate), a scalar."""
-    return (((model(x) - y) / model.readout.y_scale) ** 2).mean()
+def batch_loss(
+    model: InfoFlowTransformer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Mean squared error in standardised target units (an NMSE estimate), a scalar.
+    ``forward`` (default: the model itself) may be a compiled version of the model."""
+    pred = (forward or model)(x)
+    return (((pred - y) / model.readout.y_scale) ** 2).mean()
 
 
 def optimiser_step(
@@ -312,6 +374,91 @@ def optimiser_step(
     sched.step()
 
 
+def compiled(fn: Callable, enabled: bool, what: str = "training step") -> Callable:
+    """``torch.compile(fn)`` when ``enabled``, else ``fn``. Compilation happens at the
+    first call; if it fails there (no C++ compiler, an unsupported platform), a warning
+    names the error and ``fn`` runs eagerly from then on."""
+    if not enabled:
+        return fn
+    state = {"call": torch.compile(fn), "first": True}
+
+    def call(*args: Any) -> Any:
+        if not state["first"]:
+            return state["call"](*args)
+        state["first"] = False
+        try:
+            return state["call"](*args)
+        except Exception as err:  # any compiler failure means "run eagerly"
+            warnings.warn(
+                f"torch.compile of the {what} failed ({type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}); running eagerly",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            state["call"] = fn
+            return fn(*args)
+
+    return call
+
+
+def is_eval_step(step: int, cfg: TrainConfig) -> bool:
+    """Whether 0-based ``step`` ends with a validation evaluation."""
+    return (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps
+
+
+class EvalTracker:
+    """One run's evaluation bookkeeping: history, best validation NMSE and the best
+    state, early stopping (``cfg.patience``)."""
+
+    def __init__(self, cfg: TrainConfig, result: TrainResult, state: dict[str, torch.Tensor]):
+        self.cfg, self.result = cfg, result
+        self.best_state, self.evals_since_best = state, 0
+
+    def record(
+        self,
+        step: int,
+        train_loss: float,
+        val: float,
+        state: Callable[[], dict[str, torch.Tensor]],
+        log: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Record the evaluation after 0-based ``step``; ``state()`` gives a copy of the
+        weights, taken only when they are the best so far. True: stop early now."""
+        cfg, result = self.cfg, self.result
+        lr = cfg.lr * lr_factor(step + 1, cfg)
+        result.history.append(
+            {"step": step + 1, "train_loss": train_loss, "val_nmse": val, "lr": lr}
+        )
+        if log is not None:
+            log(
+                f"step {step + 1}/{cfg.steps}: train loss {train_loss:.3g}, "
+                f"validation NMSE {val:.3g}"
+            )
+        if val < result.val_nmse:
+            result.val_nmse, result.best_step = val, step + 1
+            self.best_state, self.evals_since_best = state(), 0
+            return False
+        self.evals_since_best += 1
+        if cfg.patience is not None and self.evals_since_best >= cfg.patience:
+            result.stopped = f"early stopping at step {step + 1}"
+            return True
+        return False
+
+
+def finish(task: Any, cfg: TrainConfig, tracker: EvalTracker, start: float) -> TrainResult:
+    """Load the best state into the result's model, score it on the test stream
+    ``[seed, 2]`` and record the time since ``start``."""
+    result = tracker.result
+    result.model.load_state_dict(tracker.best_state)
+    result.model.eval()
+    test_rng = np.random.default_rng([cfg.seed, TEST_STREAM])
+    result.test_nmse = evaluate(
+        result.model, *sample_tensors(task, cfg.n_test, test_rng, cfg.device, cfg.dtype)
+    )
+    result.seconds = time.perf_counter() - start
+    return result
+
+
 def train(
     task: Any,
     model_cfg: ModelConfig,
@@ -326,59 +473,30 @@ def train(
     evaluation, for callers that cannot show a bar (parallel runs).
     Raises :class:`NonFiniteLossError` (with the last good state) if the loss diverges.
     """
-    device = cfg.device
     model, opt, sched = setup_training(task, model_cfg, cfg)
-    val_rng = np.random.default_rng([cfg.seed, VAL_STREAM])
-    x_val, y_val = sample_tensors(task, cfg.n_val, val_rng, device)
-    train_rng = np.random.default_rng([cfg.seed, TRAIN_STREAM])
-    fixed = sample_tensors(task, cfg.n_train, train_rng, device) if cfg.n_train else None
-    # Standardise targets with the validation set's statistics (held-out, no test peek).
-    model.readout.y_mean.copy_(y_val.mean(0))
-    model.readout.y_scale.copy_(y_val.std(0).clamp_min(1e-8))
+    data = data_streams(task, cfg)
+    standardise_targets(model, data.y_val)
+    forward = compiled(model, cfg.compile)
     result = TrainResult(model=model)
-    best_state, evals_since_best = copy.deepcopy(model.state_dict()), 0
+    tracker = EvalTracker(cfg, result, copy.deepcopy(model.state_dict()))
     start = time.perf_counter()
     bar = tqdm(range(cfg.steps), desc=f"train {task.name}", disable=not progress, mininterval=1.0)
     for step in bar:
-        loss = batch_loss(model, *draw_batch(task, cfg, train_rng, fixed))
+        x, y = draw_batch(task, cfg, data.train_rng, data.fixed)
+        loss = batch_loss(model, x, y, forward)
         if not torch.isfinite(loss):
-            model.load_state_dict(best_state)
+            model.load_state_dict(tracker.best_state)
             result.stopped = f"non-finite loss at step {step}"
             result.seconds = time.perf_counter() - start
             raise NonFiniteLossError(step, result)
         optimiser_step(model, opt, sched, loss, cfg)
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            val, train_loss = evaluate(model, x_val, y_val), loss.item()
-            result.history.append(
-                {
-                    "step": step + 1,
-                    "train_loss": train_loss,
-                    "val_nmse": val,
-                    "lr": sched.get_last_lr()[0],
-                }
-            )
+        if is_eval_step(step, cfg):
+            val, train_loss = evaluate(model, data.x_val, data.y_val), loss.item()
             bar.set_postfix(loss=f"{train_loss:.3g}", val_nmse=f"{val:.3g}")
-            if log is not None:
-                log(
-                    f"step {step + 1}/{cfg.steps}: train loss {train_loss:.3g}, "
-                    f"validation NMSE {val:.3g}"
-                )
-            if val < result.val_nmse:
-                result.val_nmse, result.best_step = val, step + 1
-                best_state, evals_since_best = copy.deepcopy(model.state_dict()), 0
-            else:
-                evals_since_best += 1
-                if cfg.patience is not None and evals_since_best >= cfg.patience:
-                    result.stopped = f"early stopping at step {step + 1}"
-                    break
-    model.load_state_dict(best_state)
-    model.eval()
-    x_test, y_test = sample_tensors(
-        task, cfg.n_test, np.random.default_rng([cfg.seed, TEST_STREAM]), device
-    )
-    result.test_nmse = evaluate(model, x_test, y_test)
-    result.seconds = time.perf_counter() - start
-    return result
+            state = partial(copy.deepcopy, model.state_dict())
+            if tracker.record(step, train_loss, val, state, log):
+                break
+    return finish(task, cfg, tracker, start)
 
 
 def check_output_folder(path: Path, overwrite: bool = False, what: str = "checkpoint") -> None:

@@ -34,7 +34,7 @@ from infoprobe.reproduce import (
 )
 from infoprobe.reproduce.analyses import mean_cls_attention
 from infoprobe.reproduce.backends import BackendError
-from infoprobe.reproduce.grid import Check
+from infoprobe.reproduce.grid import Check, ReproduceError, group_key, group_runs
 from infoprobe.reproduce.results import load_results, table_rows
 from infoprobe.tasks import task_from_dict
 from infoprobe.train import TrainConfig
@@ -114,19 +114,23 @@ def test_run_ids_change_with_any_setting():
 
 
 def test_keys_ignore_later_fields_only_at_their_earlier_value():
-    """A run recorded before init_gain / intrinsic-dim's distinct existed keeps its key."""
+    """A run recorded before init_gain / intrinsic-dim's distinct / dtype existed keeps its
+    key; compiling is how a run executes, not what it is, so it never enters the key."""
     import hashlib
 
     point = CLAIMS["intrinsic-dim"].profile("quick").points[0]
     old_spec = point.spec()
     del old_spec["model"]["init_gain"], old_spec["task"]["params"]["distinct"]
+    del old_spec["train"]["dtype"]
+    assert "compile" not in old_spec["train"]
     digest = hashlib.sha256(json.dumps(old_spec, sort_keys=True).encode()).hexdigest()
     assert point.key.endswith(digest[:10])
     gain = dataclasses.replace(point, model={**point.model, "init_gain": 0.5})
     distinct = dataclasses.replace(
         point, task={**point.task, "params": {**point.task["params"], "distinct": True}}
     )
-    assert len({point.key, gain.key, distinct.key}) == 3
+    wide = point.with_train(dtype="float64")
+    assert len({point.key, gain.key, distinct.key, wide.key}) == 4
 
 
 def test_point_seeds_override_the_profile_and_cli_seeds_override_both():
@@ -290,6 +294,56 @@ def test_failed_run_is_reported_kept_out_and_retried(tmp_path, monkeypatch):
     rep = reproduce("head-count", profile=prof, backend=serial(), out=tmp_path, log=None)
     assert len(rep.sweep.trained) == 1 and len(rep.sweep.skipped) == 1
     assert rep.results["n_finished"] == 2
+
+
+# ---- batched ensembles ----------------------------------------------------------------------
+def test_groups_hold_only_runs_that_can_train_together():
+    claim = CLAIMS["intrinsic-dim"]
+    prof = claim.profile("quick").override(seeds=3)
+    specs = claim.runs(prof) + claim.runs(prof, device="cpu", compile=True)[:2]
+    for size in (1, 2, 3, 50):
+        groups = group_runs(specs, size)
+        flat = [s for g in groups for s in g]
+        assert sorted(s.run_id + str(s.compile) for s in flat) == sorted(
+            s.run_id + str(s.compile) for s in specs
+        )  # every run exactly once
+        for group in groups:
+            assert 1 <= len(group) <= size
+            assert len({group_key(s) for s in group}) == 1
+            shapes = {(s.point.model_config().heads, s.point.model_config().d_model) for s in group}
+            assert len(shapes) == 1 and len({s.compile for s in group}) == 1
+        if size >= 3:  # all seeds of one config share one group
+            assert all(len({s.point.key for s in g}) == 1 for g in groups)
+    with pytest.raises(ReproduceError, match=">= 1"):
+        group_runs(specs, 0)
+
+
+def test_ensembled_sweep_equals_runs_alone_and_resumes_run_by_run(tmp_path, monkeypatch):
+    prof = tiny_profile("head-count", points=(0,), seeds=3)
+    prof = prof.override(train={"dtype": "float64"})
+    specs = CLAIMS["head-count"].runs(prof)
+    alone, grouped = RunStore(tmp_path / "alone"), RunStore(tmp_path / "grouped")
+    run_sweep(specs, alone, serial())
+    run_sweep(specs, grouped, serial(ensemble=3))
+    for spec in specs:
+        a, b = alone.load(spec.run_id), grouped.load(spec.run_id)
+        assert a["best_step"] == b["best_step"]
+        assert b["best_val_nmse"] == pytest.approx(a["best_val_nmse"], rel=1e-9)
+        assert b["test_nmse"] == pytest.approx(a["test_nmse"], rel=1e-9)
+    grouped.record_path(specs[2].run_id).unlink()
+    trained = []
+    real = runs_module.train_ensemble
+
+    def spy(task, model_cfgs, cfgs, **kwargs):
+        trained.append([c.seed for c in cfgs])
+        return real(task, model_cfgs, cfgs, **kwargs)
+
+    monkeypatch.setattr(runs_module, "train_ensemble", spy)
+    summary = run_sweep(specs, grouped, serial(ensemble=3))
+    assert summary.trained == [specs[2].run_id]
+    assert trained == []  # a group of one trains alone, through train()
+    run_sweep(specs, RunStore(tmp_path / "third"), serial(ensemble=2))
+    assert trained == [[0, 1]]
 
 
 # ---- the process pool and the command line ------------------------------------------------

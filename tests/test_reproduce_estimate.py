@@ -67,7 +67,7 @@ def test_estimate_projects_every_config_once_with_the_planned_queue(monkeypatch)
     prof = tiny_profile("triangle", points=(0, 1, 2), seeds=2)
     timed = []
 
-    def fake_time_point(point, *, threads, device, steps):
+    def fake_time_point(point, *, threads, device, steps, compile):
         timed.append((point.key, threads, device))
         step = 0.01 * (len(timed))  # distinct, known costs per config
         return PointTiming(point.label, step, 0.1, 6, 2.0)

@@ -100,6 +100,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="output folder (default: reproduce/CLAIM/PROFILE)",
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
+    p.add_argument(
+        "--ensemble",
+        type=positive_int,
+        default=1,
+        metavar="M",
+        help="train up to M runs of the same shape (seeds of one config, or configs that "
+        "differ only in learning rate and such) as one batched ensemble per worker; "
+        "each run keeps its own record and checkpoint (default: 1, every run alone)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the training steps (a one-off cost per worker and shape; "
+        "faster steps after it)",
+    )
     p.add_argument("--no-figures", action="store_true", help="skip the PNGs and report.html")
     p.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     p.add_argument(
@@ -146,5 +161,7 @@ def _sweep_options(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "threads": args.threads,
         "device": args.device,
+        "ensemble": args.ensemble,
+        "compile": args.compile,
         "log": None if args.quiet else lambda line: print(line, flush=True),
     }

@@ -16,6 +16,7 @@ from infoprobe.commands.modelargs import (
 )
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.errors import UsageError
+from infoprobe.seeds import train_seeds
 from infoprobe.train import NonFiniteLossError, train_and_save
 
 EXAMPLES = """examples:
@@ -23,6 +24,12 @@ EXAMPLES = """examples:
       --out runs/id-2-2
   infoprobe train --task fixed-positions --heads 1 --pos-encoding learned --out runs/fp
   infoprobe train --task triangle --T 8 --heads 2,2 --E 24 --steps 3000 --out runs/tri
+  infoprobe train --task intrinsic-dim --D 2 --T 16 --seeds 0,1,2,3 --out runs/id-seeds
+
+With --seeds the seeds train together as one batched ensemble (each with its own data,
+optimiser and best model, as if trained alone) and --out becomes a folder with one
+checkpoint per seed (seed-0/, seed-1/, ...) and summary.json (every seed's NMSE and the
+best seed). Rerunning the same command keeps finished seeds and trains the rest.
 
 The checkpoint folder holds model.safetensors and checkpoint.json (model config, task
 spec, training config, NMSE history, versions, weights hash). Load it in Python with
@@ -42,10 +49,67 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_task_arguments(p)
     add_model_arguments(p)
     add_train_arguments(p)
+    p.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        metavar="S1,S2,..",
+        help="train these seeds together (replaces --seed); --out becomes a folder of "
+        "checkpoints, one per seed, with summary.json",
+    )
     p.add_argument("--out", required=True, help="checkpoint folder to create")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    """``"0,1,2"`` → (0, 1, 2): distinct non-negative seeds."""
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--seeds expects comma-separated integers like 0,1,2,3; got {text!r}"
+        ) from None
+    if min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds must be >= 0, got {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds lists a seed twice: {text!r}")
+    return seeds
+
+
+def run_seeds(args: argparse.Namespace, task, model_cfg, cfg) -> int:
+    try:
+        summary = train_seeds(
+            task,
+            model_cfg,
+            cfg,
+            args.seeds,
+            args.out,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+        )
+    except OutputExistsError as err:
+        raise UsageError(f"{err}") from None
+    print(f"task {task.name} {task.params()}  heads {list(model_cfg.heads)}  E {model_cfg.d_model}")
+    diverged = []
+    for seed, m in summary["members"].items():
+        print(
+            f"seed {seed}: validation NMSE {m['val_nmse']:.4g} (best at step "
+            f"{m['best_step']}), test NMSE {m['test_nmse']:.4g}, {m['stopped']}"
+        )
+        if m["stopped"].startswith("non-finite"):
+            diverged.append(seed)
+    print(f"best seed {summary['best_seed']}: validation NMSE {summary['best_val_nmse']:.4g}")
+    print(f"checkpoints and summary.json: {args.out}")
+    if diverged:
+        print(
+            f"infoprobe train: error: seed(s) {', '.join(diverged)} stopped on a non-finite "
+            "loss; their last good models were saved",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = train_config_from_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.seeds is not None:
+        return run_seeds(args, task, model_cfg, cfg)
     try:
         result = train_and_save(
             task, model_cfg, cfg, args.out, overwrite=args.overwrite, progress=not args.quiet

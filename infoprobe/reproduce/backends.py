@@ -1,9 +1,11 @@
 """Where the runs of a sweep execute: a local process pool, or Ray tasks on a cluster.
 
-Both backends take runs (:class:`RunSpec`), execute :func:`execute_run` on each, and call
-back ``on_start(spec)`` when a run is handed to a worker, ``on_done(spec, outcome)`` in
-the driver process when it finishes and ``on_error(spec, exc)`` when it raised. They keep
-at most as many runs in flight as there are workers, so "started" means started.
+Both backends take runs (:class:`RunSpec`), form groups of at most ``ensemble`` runs that
+can train together (:func:`~infoprobe.reproduce.grid.group_runs`; 1: every run alone),
+execute :func:`execute_group` on each group, and call back ``on_start(spec)`` when a run
+is handed to a worker, ``on_done(spec, outcome)`` in the driver process when it finishes
+and ``on_error(spec, exc)`` when it raised. A group's runs finish together. They keep at
+most as many groups in flight as there are workers, so "started" means started.
 
 - :class:`LocalBackend`: ``workers`` processes (fresh, not forks; default: as many as fit the
   cores) with ``threads`` torch threads per run (default: cores // workers), so runs
@@ -25,8 +27,8 @@ from typing import Any
 
 import torch
 
-from infoprobe.reproduce.grid import ReproduceError, RunSpec
-from infoprobe.reproduce.runs import RunOutcome, execute_run
+from infoprobe.reproduce.grid import ReproduceError, RunSpec, group_runs
+from infoprobe.reproduce.runs import RunOutcome, execute_group
 
 OnStart = Callable[[RunSpec], None]
 OnDone = Callable[[RunSpec, RunOutcome], None]
@@ -96,6 +98,21 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def report_group(
+    group: Sequence[RunSpec],
+    outcome: list[RunOutcome] | BaseException,
+    on_done: OnDone,
+    on_error: OnError,
+) -> None:
+    """Call back for every run of a finished group: its outcome, or the group's error."""
+    if isinstance(outcome, BaseException):
+        for spec in group:
+            on_error(spec, outcome)
+        return
+    for spec, result in zip(group, outcome, strict=True):
+        on_done(spec, result)
+
+
 @dataclass
 class LocalBackend:
     """A process pool on this machine (see the module docstring)."""
@@ -104,33 +121,38 @@ class LocalBackend:
     threads: int | None = None
     cores: int = field(default_factory=available_cores)
     name: str = "local"
+    ensemble: int = 1
 
     def execute(
         self, specs: Sequence[RunSpec], *, on_start: OnStart, on_done: OnDone, on_error: OnError
     ) -> None:
         device = specs[0].device if specs else "cpu"
+        n_groups = len(group_runs(specs, self.ensemble))
         workers, threads = plan_workers(
-            len(specs), self.cores, workers=self.workers, threads=self.threads, device=device
+            n_groups, self.cores, workers=self.workers, threads=self.threads, device=device
         )
-        runs = [replace(s, threads=threads) for s in specs]
+        groups = group_runs([replace(s, threads=threads) for s in specs], self.ensemble)
         if workers == 1:
-            for spec in runs:
-                on_start(spec)
+            for group in groups:
+                for spec in group:
+                    on_start(spec)
                 try:
-                    outcome = execute_run(spec)
+                    outcomes = execute_group(group)
                 except Exception as err:
-                    on_error(spec, err)
+                    for spec in group:
+                        on_error(spec, err)
                 else:
-                    on_done(spec, outcome)
+                    for spec, outcome in zip(group, outcomes, strict=True):
+                        on_done(spec, outcome)
             return
         try:
-            self._execute_in_pool(runs, workers, threads, on_start, on_done, on_error)
+            self._execute_in_pool(groups, workers, threads, on_start, on_done, on_error)
         except BrokenProcessPool as err:
             raise BackendError(BROKEN_POOL_HINT) from err
 
     @staticmethod
     def _execute_in_pool(
-        runs: Sequence[RunSpec],
+        groups: Sequence[list[RunSpec]],
         workers: int,
         threads: int,
         on_start: OnStart,
@@ -140,23 +162,21 @@ class LocalBackend:
         with ProcessPoolExecutor(
             workers, mp_context=pool_context(), initializer=_init_worker, initargs=(threads,)
         ) as pool:
-            queue = list(reversed(runs))
-            running: dict[Future, RunSpec] = {}
+            queue = list(reversed(groups))
+            running: dict[Future, list[RunSpec]] = {}
             while queue or running:
                 while queue and len(running) < workers:
-                    spec = queue.pop()
-                    on_start(spec)
-                    running[pool.submit(execute_run, spec)] = spec
+                    group = queue.pop()
+                    for spec in group:
+                        on_start(spec)
+                    running[pool.submit(execute_group, group)] = group
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    spec = running.pop(future)
+                    group = running.pop(future)
                     err = future.exception()
                     if isinstance(err, BrokenProcessPool):
                         raise err
-                    if err is not None:
-                        on_error(spec, err)
-                    else:
-                        on_done(spec, future.result())
+                    report_group(group, future.result() if err is None else err, on_done, on_error)
 
 
 @dataclass
@@ -171,6 +191,7 @@ class RayBackend:
     threads: int = 1
     init_kwargs: dict[str, Any] = field(default_factory=dict)
     name: str = "ray"
+    ensemble: int = 1
 
     def _ray(self) -> Any:
         try:
@@ -194,25 +215,26 @@ class RayBackend:
             ray.init(address=self.address, **kwargs)
         try:
             gpus = 1 if specs and specs[0].device.startswith("cuda") else 0
-            task = ray.remote(num_cpus=self.threads, num_gpus=gpus, max_retries=0)(execute_run)
+            task = ray.remote(num_cpus=self.threads, num_gpus=gpus, max_retries=0)(execute_group)
             cpus = int(ray.cluster_resources().get("CPU", 1))
             window = max(1, cpus // self.threads)
-            queue = [replace(s, threads=self.threads) for s in reversed(specs)]
-            running: dict[Any, RunSpec] = {}
+            runs = [replace(s, threads=self.threads) for s in specs]
+            queue = list(reversed(group_runs(runs, self.ensemble)))
+            running: dict[Any, list[RunSpec]] = {}
             while queue or running:
                 while queue and len(running) < window:
-                    spec = queue.pop()
-                    on_start(spec)
-                    running[task.remote(spec)] = spec
+                    group = queue.pop()
+                    for spec in group:
+                        on_start(spec)
+                    running[task.remote(group)] = group
                 ready, _ = ray.wait(list(running), num_returns=1)
                 for ref in ready:
-                    spec = running.pop(ref)
+                    group = running.pop(ref)
                     try:
                         outcome = ray.get(ref)
                     except Exception as err:
-                        on_error(spec, err)
-                    else:
-                        on_done(spec, outcome)
+                        outcome = err
+                    report_group(group, outcome, on_done, on_error)
         finally:
             if started_here:
                 ray.shutdown()
@@ -224,17 +246,18 @@ def make_backend(
     workers: int | None = None,
     threads: int | None = None,
     ray_address: str | None = None,
+    ensemble: int = 1,
 ) -> LocalBackend | RayBackend:
-    """Backend by name: ``local`` or ``ray``."""
+    """Backend by name: ``local`` or ``ray``; ``ensemble``: runs per batched group."""
     if name == "local":
         if ray_address is not None:
             raise BackendError("--ray-address only applies to --backend ray")
-        return LocalBackend(workers=workers, threads=threads)
+        return LocalBackend(workers=workers, threads=threads, ensemble=ensemble)
     if name == "ray":
         if workers is not None:
             raise BackendError(
                 "--workers only applies to --backend local (Ray sizes the pool from the "
                 "cluster's CPUs and --threads)"
             )
-        return RayBackend(address=ray_address, threads=threads or 1)
+        return RayBackend(address=ray_address, threads=threads or 1, ensemble=ensemble)
     raise BackendError(f"unknown backend {name!r}; valid: {', '.join(BACKENDS)}")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from infoprobe.ensemble import SHARED_FIELDS, shape_of
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task, task_from_dict
 from infoprobe.train import TrainConfig
@@ -36,7 +37,7 @@ class GridPoint:
         task: task spec ``{"name": ..., "params": {...}}`` (``task_from_dict``).
         model: :class:`ModelConfig` fields except ``d_in``, ``n_ctx``, ``d_out`` (read
             from the task).
-        train: :class:`TrainConfig` fields except ``seed`` and ``device``.
+        train: :class:`TrainConfig` fields except :data:`EXECUTION_FIELDS`.
         analyses: analysis name → its parameters, run on the trained model after training
             (see :mod:`infoprobe.reproduce.analyses`).
         seeds: this point's number of seeds where it differs from its profile's (None:
@@ -62,8 +63,8 @@ class GridPoint:
             {**self.model, "d_in": task.d, "n_ctx": task.T, "d_out": task.d_out}
         )
 
-    def train_config(self, seed: int, device: str = "cpu") -> TrainConfig:
-        return TrainConfig(**{**self.train, "seed": seed, "device": device})
+    def train_config(self, seed: int, device: str = "cpu", compile: bool = False) -> TrainConfig:
+        return TrainConfig(**{**self.train, "seed": seed, "device": device, "compile": compile})
 
     def spec(self) -> dict[str, Any]:
         """Everything that determines the trained models (JSON-ready)."""
@@ -71,9 +72,7 @@ class GridPoint:
             "task": self.build_task().to_dict(),
             "model": self.model_config().to_dict(),
             "train": {
-                k: v
-                for k, v in self.train_config(0).to_dict().items()
-                if k not in ("seed", "device")
+                k: v for k, v in self.train_config(0).to_dict().items() if k not in EXECUTION_FIELDS
             },
             "analyses": {k: dict(v) for k, v in sorted(self.analyses.items())},
         }
@@ -101,11 +100,15 @@ class GridPoint:
         )
 
 
+EXECUTION_FIELDS = ("seed", "device", "compile")
+"""TrainConfig fields that say how or with which seed a grid point runs, not what it is."""
+
 # (part of spec, task name or None for any, field) -> the value runs recorded before the
 # field existed implicitly had.
 ADDED_FIELDS: dict[tuple[str, str | None, str], Any] = {
     ("model", None, "init_gain"): 1.0,
     ("task", "intrinsic-dim", "distinct"): False,
+    ("train", None, "dtype"): "float32",
 }
 
 
@@ -204,7 +207,11 @@ class Claim:
         return self.profiles[name]
 
     def runs(
-        self, profile: str | Profile = "quick", seeds: int | None = None, device: str = "cpu"
+        self,
+        profile: str | Profile = "quick",
+        seeds: int | None = None,
+        device: str = "cpu",
+        compile: bool = False,
     ) -> list[RunSpec]:
         """Every run of a profile: each grid point once per seed 0..n-1, where n is
         ``seeds`` if given, else the point's own count, else the profile's."""
@@ -212,7 +219,7 @@ class Claim:
         if seeds is not None and seeds < 1:
             raise ReproduceError(f"seeds must be >= 1, got {seeds}")
         return [
-            RunSpec(self.name, prof.name, point, seed, device)
+            RunSpec(self.name, prof.name, point, seed, device, compile=compile)
             for point in prof.points
             for seed in range(seeds or point.seeds or prof.seeds)
         ]
@@ -220,7 +227,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run: a grid point trained with one seed (on ``device`` with ``threads``)."""
+    """One run: a grid point trained with one seed (on ``device`` with ``threads``;
+    ``compile``: through ``torch.compile``)."""
 
     claim: str
     profile: str
@@ -228,6 +236,10 @@ class RunSpec:
     seed: int
     device: str = "cpu"
     threads: int = 1
+    compile: bool = False
+
+    def train_config(self) -> TrainConfig:
+        return self.point.train_config(self.seed, self.device, self.compile)
 
     @property
     def run_id(self) -> str:
@@ -246,3 +258,31 @@ def describe_runs(specs: Sequence[RunSpec]) -> str:
     low, high = min(per_point.values(), default=0), max(per_point.values(), default=0)
     seeds = str(low) if low == high else f"{low}-{high}"
     return f"{len(specs)} runs ({len(per_point)} configs x {seeds} seeds)"
+
+
+def group_key(spec: RunSpec) -> str:
+    """Runs with equal keys can train as one batched ensemble: the same task, the same
+    model shape (:func:`infoprobe.ensemble.shape_of`), the same shared training fields
+    (:data:`infoprobe.ensemble.SHARED_FIELDS`) and execution settings."""
+    cfg = spec.train_config()
+    return json.dumps(
+        {
+            "task": spec.point.build_task().to_dict(),
+            "shape": shape_of(spec.point.model_config()).to_dict(),
+            "train": {name: getattr(cfg, name) for name in SHARED_FIELDS},
+            "run": [spec.device, spec.threads, spec.compile],
+        },
+        sort_keys=True,
+    )
+
+
+def group_runs(specs: Sequence[RunSpec], size: int) -> list[list[RunSpec]]:
+    """``specs`` in groups of at most ``size`` runs that can train together
+    (:func:`group_key`), in the order of each group's first run; ``size`` 1 gives one
+    run per group."""
+    if size < 1:
+        raise ReproduceError(f"ensemble size must be >= 1, got {size}")
+    by_key: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        by_key.setdefault(group_key(spec), []).append(spec)
+    return [runs[i : i + size] for runs in by_key.values() for i in range(0, len(runs), size)]

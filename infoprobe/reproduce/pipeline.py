@@ -27,7 +27,14 @@ from infoprobe.reproduce.backends import (
 )
 from infoprobe.reproduce.claims import get_claim
 from infoprobe.reproduce.figures import claim_figures
-from infoprobe.reproduce.grid import Claim, Profile, ReproduceError, RunSpec, describe_runs
+from infoprobe.reproduce.grid import (
+    Claim,
+    Profile,
+    ReproduceError,
+    RunSpec,
+    describe_runs,
+    group_runs,
+)
 from infoprobe.reproduce.report import page_html, section_html
 from infoprobe.reproduce.results import format_summary, gather, write_results
 from infoprobe.reproduce.runs import RunStore, SweepSummary, run_sweep
@@ -91,20 +98,27 @@ def estimate(
     workers: int | None = None,
     threads: int | None = None,
     device: str = "cpu",
+    ensemble: int = 1,
+    compile: bool = False,
     log: Callable[[str], None] | None = print,
 ) -> SweepEstimate:
     """Time a few training steps of every grid point on this machine and project the
-    sweep's wall time with the local backend's plan (``workers`` runs at a time with
-    ``threads`` each; default: fit the cores). Trains nothing to completion, writes
+    sweep's wall time with the local backend's plan (``workers`` groups of at most
+    ``ensemble`` runs at a time with ``threads`` each; default: fit the cores; with
+    ``compile``, the compilation time is measured and counted). Trains nothing to completion, writes
     nothing. See :mod:`infoprobe.reproduce.timing` for what is and is not counted."""
     claim_obj = get_claim(claim)
     check_device(device)
-    specs = claim_obj.runs(profile, seeds, device)
+    specs = claim_obj.runs(profile, seeds, device, compile)
     n_workers, n_threads = plan_workers(
-        len(specs), available_cores(), workers=workers, threads=threads, device=device
+        len(group_runs(specs, ensemble)),
+        available_cores(),
+        workers=workers,
+        threads=threads,
+        device=device,
     )
     specs = [replace(s, threads=n_threads) for s in specs]
-    return estimate_sweep(specs, n_workers, progress=log)
+    return estimate_sweep(specs, n_workers, ensemble=ensemble, progress=log)
 
 
 def reproduce(
@@ -118,6 +132,8 @@ def reproduce(
     threads: int | None = None,
     out: str | Path | None = None,
     device: str = "cpu",
+    ensemble: int = 1,
+    compile: bool = False,
     figures: bool = True,
     log: Callable[[str], None] | None = print,
 ) -> Reproduction:
@@ -134,6 +150,9 @@ def reproduce(
             cores); for Ray, ``threads`` is the CPUs per task.
         out: output folder (default ``reproduce/<claim>/<profile>``).
         device: ``cpu`` or ``cuda``.
+        ensemble: at most this many runs of one shape train together as one batched
+            ensemble in a worker (1: each run alone); a backend object keeps its own.
+        compile: train through ``torch.compile`` (compiled once per worker and shape).
         figures: write figures and report.html.
         log: receives one line per run skipped, started and finished (None: silent).
 
@@ -149,13 +168,15 @@ def reproduce(
     prof = claim_obj.profile(profile)
     check_device(device)
     runner = (
-        make_backend(backend, workers=workers, threads=threads, ray_address=ray_address)
+        make_backend(
+            backend, workers=workers, threads=threads, ray_address=ray_address, ensemble=ensemble
+        )
         if isinstance(backend, str)
         else backend
     )
     out_dir = Path(out) if out is not None else default_out(claim_obj.name, prof.name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs: list[RunSpec] = claim_obj.runs(prof, seeds, device)
+    specs: list[RunSpec] = claim_obj.runs(prof, seeds, device, compile)
     store = RunStore(out_dir)
     say = log or (lambda _line: None)
     if prof.departures:

@@ -31,9 +31,10 @@ import torch
 from infoprobe import __version__
 from infoprobe.atomic import atomic_output
 from infoprobe.checkpoint import save_checkpoint
+from infoprobe.ensemble import train_ensemble
 from infoprobe.reproduce.analyses import run_analysis
 from infoprobe.reproduce.grid import ReproduceError, RunSpec
-from infoprobe.train import NonFiniteLossError, train
+from infoprobe.train import NonFiniteLossError, TrainResult, train
 
 RECORD = "record.json"
 RECORD_FORMAT = "infoprobe.reproduce.run"
@@ -62,31 +63,63 @@ def torch_threads(n: int):
 def execute_run(spec: RunSpec) -> RunOutcome:
     """Train ``spec`` (``spec.threads`` torch threads), save its checkpoint in a scratch
     folder, run its analyses there, and return the record and checkpoint bytes."""
-    point = spec.point
-    task, model_cfg = point.build_task(), point.model_config()
-    cfg = point.train_config(spec.seed, spec.device)
     started = time.time()
     with torch_threads(spec.threads):
         try:
-            result = train(task, model_cfg, cfg, progress=False)
+            result = train(
+                spec.point.build_task(),
+                spec.point.model_config(),
+                spec.train_config(),
+                progress=False,
+            )
         except NonFiniteLossError as err:
             result = err.result
-        train_seconds = time.time() - started
-        analyses: dict[str, Any] = {}
-        with tempfile.TemporaryDirectory(prefix="infoprobe-run-") as scratch:
-            ck = Path(scratch) / CHECKPOINT
-            save_checkpoint(
-                ck,
-                result.model.cpu(),
-                task,
-                train_config=cfg.to_dict(),
-                history=result.history,
-                metrics=result.metrics(),
-            )
-            for name, params in sorted(point.analyses.items()):
-                work = Path(scratch) / f"analysis-{name}"
-                analyses[name] = run_analysis(name, ck, work, seed=spec.seed, params=dict(params))
-            files = {p.name: p.read_bytes() for p in sorted(ck.iterdir())}
+        return run_outcome(spec, result, time.time() - started, started)
+
+
+def execute_group(specs: Sequence[RunSpec]) -> list[RunOutcome]:
+    """Train the runs ``specs`` (one :func:`~infoprobe.reproduce.grid.group_key`) as one
+    batched ensemble with ``threads`` torch threads; return one outcome per run, in order.
+    Each member's record and checkpoint are those :func:`execute_run` would write; its
+    ``train_seconds`` is the group's training time up to that member's end."""
+    if len(specs) == 1:
+        return [execute_run(specs[0])]
+    first, started = specs[0], time.time()
+    with torch_threads(first.threads):
+        results = train_ensemble(
+            first.point.build_task(),
+            [s.point.model_config() for s in specs],
+            [s.train_config() for s in specs],
+            progress=False,
+        )
+        return [
+            run_outcome(spec, result, result.seconds, started)
+            for spec, result in zip(specs, results, strict=True)
+        ]
+
+
+def run_outcome(
+    spec: RunSpec, result: TrainResult, train_seconds: float, started: float
+) -> RunOutcome:
+    """Save ``result``'s checkpoint in a scratch folder, run the analyses of ``spec``
+    there and return the record and checkpoint bytes (``started``: wall-clock start)."""
+    point = spec.point
+    task, cfg = point.build_task(), spec.train_config()
+    analyses: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="infoprobe-run-") as scratch:
+        ck = Path(scratch) / CHECKPOINT
+        save_checkpoint(
+            ck,
+            result.model.cpu(),
+            task,
+            train_config=cfg.to_dict(),
+            history=result.history,
+            metrics=result.metrics(),
+        )
+        for name, params in sorted(point.analyses.items()):
+            work = Path(scratch) / f"analysis-{name}"
+            analyses[name] = run_analysis(name, ck, work, seed=spec.seed, params=dict(params))
+        files = {p.name: p.read_bytes() for p in sorted(ck.iterdir())}
     record = {
         "format": RECORD_FORMAT,
         "run_id": spec.run_id,
@@ -100,6 +133,7 @@ def execute_run(spec: RunSpec) -> RunOutcome:
         "seed": spec.seed,
         "device": spec.device,
         "threads": spec.threads,
+        "compile": spec.compile,
         "n_params": sum(p.numel() for p in result.model.parameters()),
         "history": result.history,
         "best_val_nmse": result.val_nmse,

@@ -1,16 +1,20 @@
 """Measured runtime estimates for a sweep, before running it (``reproduce --estimate``).
 
-For each grid point, a few real training steps (batch drawing, forward, backward, AdamW,
-clipping: the code :func:`infoprobe.train.train` runs) and one validation pass are timed
-on this machine with the sweep's threads per run. A run's time is then
-``steps * step time + evaluations * evaluation time``; the sweep's wall time is a
-simulation of the backend's queue (runs in sweep order, at most ``workers`` at a time).
-Not counted: post-training analyses, process start-up, and slow-down when parallel runs
-share memory bandwidth. The estimate is a measurement extrapolated, not a promise.
+For each group of runs the backend will train together (one run, or a batched ensemble of
+runs of one shape), a few real training steps (batch drawing, forward, backward, AdamW,
+clipping: the code :func:`infoprobe.train.train` or :class:`infoprobe.ensemble.Ensemble`
+runs) and one validation pass are timed on this machine with the sweep's threads per
+run; with ``compile`` the first step's extra time is the compilation, counted once per
+group. A group's time is then ``compile + steps * step time + members * evaluations *
+evaluation time``; the sweep's wall time is a simulation of the backend's queue (groups in
+sweep order, at most ``workers`` at a time). Not counted: post-training analyses, process
+start-up, and slow-down when parallel runs share memory bandwidth. The estimate is a
+measurement extrapolated, not a promise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import statistics
@@ -22,13 +26,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from infoprobe.reproduce.grid import GridPoint, RunSpec, describe_runs
+from infoprobe.ensemble import Ensemble
+from infoprobe.reproduce.grid import GridPoint, RunSpec, describe_runs, group_runs
 from infoprobe.reproduce.runs import torch_threads
 from infoprobe.train import (
     TRAIN_STREAM,
     VAL_STREAM,
     TrainConfig,
     batch_loss,
+    compiled,
     draw_batch,
     evaluate,
     optimiser_step,
@@ -42,46 +48,99 @@ WARMUP_STEPS = 2
 
 @dataclass(frozen=True)
 class PointTiming:
-    """Measured costs of one grid point: seconds per training step and per validation
-    pass; ``evaluations``: validation passes of one run (the test pass counted as
-    n_test / n_val of one)."""
+    """Measured costs of one group of runs (one grid point alone, or ``members`` runs
+    as a batched ensemble): seconds per training step of the group and per validation
+    pass of one member; ``evaluations``: validation passes of one run (the test pass
+    counted as n_test / n_val of one); ``compile_seconds``: one-off compilation."""
 
     label: str
     step_seconds: float
     eval_seconds: float
     steps: int
     evaluations: float
+    members: int = 1
+    compile_seconds: float = 0.0
 
     @property
     def run_seconds(self) -> float:
-        """Projected training time of one run of this grid point."""
-        return self.steps * self.step_seconds + self.evaluations * self.eval_seconds
+        """Projected training time of the group (of one run when ``members`` is 1)."""
+        evals = self.members * self.evaluations * self.eval_seconds
+        return self.compile_seconds + self.steps * self.step_seconds + evals
+
+
+def _timed_steps(step: Callable[[int], Any], steps: int, device: str) -> tuple[float, float]:
+    """(median seconds of ``steps`` calls of ``step`` after a short warm-up, extra seconds
+    of the first call over that median: its compilation, if any)."""
+    durations = []
+    for i in range(WARMUP_STEPS + steps):
+        start = time.perf_counter()
+        step(i)
+        if device.startswith("cuda"):  # kernels run asynchronously: wait for the step
+            torch.cuda.synchronize()
+        durations.append(time.perf_counter() - start)
+    median = statistics.median(durations[WARMUP_STEPS:])
+    return median, max(0.0, durations[0] - median)
+
+
+def time_ensemble(group: Sequence[RunSpec], *, steps: int = TIMED_STEPS) -> PointTiming:
+    """Time ``steps`` steps of ``group`` trained as one batched ensemble (no evaluation
+    inside the timed steps) and one validation pass of one member."""
+    first = group[0]
+    task = first.point.build_task()
+    never = {"steps": 10**9, "eval_every": 10**9}
+    cfgs = [dataclasses.replace(s.train_config(), **never) for s in group]
+    with torch_threads(first.threads):
+        ensemble = Ensemble(task, [s.point.model_config() for s in group], cfgs)
+        step_seconds, compile_seconds = _timed_steps(ensemble.step, steps, first.device)
+        member = ensemble.active[0]
+        start = time.perf_counter()
+        evaluate(member.tracker.result.model, member.data.x_val, member.data.y_val)
+        eval_seconds = time.perf_counter() - start
+    cfg = first.train_config()
+    return PointTiming(
+        f"{first.point.label} x{len(group)}",
+        step_seconds,
+        eval_seconds,
+        max(s.train_config().steps for s in group),
+        evaluations(cfg),
+        members=len(group),
+        compile_seconds=compile_seconds if cfg.compile else 0.0,
+    )
 
 
 def time_point(
-    point: GridPoint, *, threads: int = 1, device: str = "cpu", steps: int = TIMED_STEPS
+    point: GridPoint,
+    *,
+    threads: int = 1,
+    device: str = "cpu",
+    steps: int = TIMED_STEPS,
+    compile: bool = False,
 ) -> PointTiming:
     """Time ``steps`` training steps (median, after a short warm-up) and one validation
     pass of ``point`` with ``threads`` torch threads."""
-    task, cfg = point.build_task(), point.train_config(0, device)
+    task, cfg = point.build_task(), point.train_config(0, device, compile)
     with torch_threads(threads):
         model, opt, sched = setup_training(task, point.model_config(), cfg)
         rng = np.random.default_rng([0, TRAIN_STREAM])
-        durations = []
-        for i in range(WARMUP_STEPS + steps):
-            start = time.perf_counter()
-            optimiser_step(model, opt, sched, batch_loss(model, *draw_batch(task, cfg, rng)), cfg)
-            if device.startswith("cuda"):  # kernels run asynchronously: wait for the step
-                torch.cuda.synchronize()
-            if i >= WARMUP_STEPS:
-                durations.append(time.perf_counter() - start)
+        forward = compiled(model, compile)
+
+        def step(_: int) -> None:
+            loss = batch_loss(model, *draw_batch(task, cfg, rng), forward)
+            optimiser_step(model, opt, sched, loss, cfg)
+
+        step_seconds, compile_seconds = _timed_steps(step, steps, device)
         start = time.perf_counter()
         val_rng = np.random.default_rng([0, VAL_STREAM])
         x_val, y_val = sample_tensors(task, cfg.n_val, val_rng, device)
         evaluate(model, x_val, y_val)
         eval_seconds = time.perf_counter() - start
     return PointTiming(
-        point.label, statistics.median(durations), eval_seconds, cfg.steps, evaluations(cfg)
+        point.label,
+        step_seconds,
+        eval_seconds,
+        cfg.steps,
+        evaluations(cfg),
+        compile_seconds=compile_seconds if compile else 0.0,
     )
 
 
@@ -112,13 +171,15 @@ class SweepEstimate:
     wall_seconds: float
 
     def table(self) -> str:
-        """A plain-text table: one row per grid point, then the total."""
+        """A plain-text table: one row per group of runs (``xM``: M runs trained as one
+        ensemble; ms/step is the group's step), then the total."""
         w = max([len("config")] + [len(t.label) for t in self.timings])
-        rows = [f"{'config':{w}s} {'ms/step':>8s} {'s/eval':>7s} {'steps':>7s} {'min/run':>8s}"]
+        head = f"{'config':{w}s} {'ms/step':>8s} {'s/eval':>7s} {'steps':>7s} {'compile s':>9s}"
+        rows = [f"{head} {'min/run':>8s}"]
         for t in self.timings:
             rows.append(
                 f"{t.label:{w}s} {1e3 * t.step_seconds:8.1f} {t.eval_seconds:7.2f} "
-                f"{t.steps:7d} {t.run_seconds / 60:8.1f}"
+                f"{t.steps:7d} {t.compile_seconds:9.1f} {t.run_seconds / 60:8.1f}"
             )
         rows.append(
             f"{self.runs}, {self.workers} at "
@@ -142,23 +203,36 @@ def estimate_sweep(
     specs: Sequence[RunSpec],
     workers: int,
     *,
+    ensemble: int = 1,
     steps: int = TIMED_STEPS,
     progress: Callable[[str], Any] | None = None,
 ) -> SweepEstimate:
-    """Time each distinct grid point of ``specs`` once and project the sweep's wall time.
+    """Time each distinct group of ``specs`` (:func:`group_runs` with ``ensemble`` runs at
+    most) once and project the sweep's wall time.
 
-    ``specs`` carry the threads and device each run will use (as the backend plans them).
+    ``specs`` carry the threads, device and compile setting each run will use (as the
+    backend plans them).
     """
-    timings: dict[str, PointTiming] = {}
-    for spec in specs:
-        key = spec.point.key
-        if key not in timings:
-            if progress is not None:
-                progress(f"timing {spec.point.label} ({steps} steps)")
+    timings: dict[tuple, PointTiming] = {}
+    groups = group_runs(specs, ensemble)
+    keys = [tuple(s.point.key for s in group) for group in groups]
+    for key, group in zip(keys, groups, strict=True):
+        if key in timings:
+            continue
+        first = group[0]
+        if progress is not None:
+            progress(f"timing {first.point.label} x{len(group)} ({steps} steps)")
+        if len(group) == 1:
             timings[key] = time_point(
-                spec.point, threads=spec.threads, device=spec.device, steps=steps
+                first.point,
+                threads=first.threads,
+                device=first.device,
+                steps=steps,
+                compile=first.compile,
             )
-    wall = sweep_wall_seconds([timings[s.point.key].run_seconds for s in specs], workers)
+        else:
+            timings[key] = time_ensemble(group, steps=steps)
+    wall = sweep_wall_seconds([timings[k].run_seconds for k in keys], workers)
     first = specs[0] if specs else None
     return SweepEstimate(
         timings=tuple(timings.values()),

@@ -1,0 +1,144 @@
+"""Several seeds of one model, trained together as a batched ensemble, written as a folder:
+
+    OUT/summary.json     format "infoprobe.seeds": the settings, every seed's validation
+                         and test NMSE, how it stopped, and the best seed; rewritten
+                         (atomically) each time a seed finishes
+    OUT/seed-<S>/        one checkpoint per seed, written as soon as that seed finishes
+
+A rerun of the same command keeps every seed whose checkpoint exists and trains the rest
+(after a kill, nothing half-written stands under a final name). A folder made with other
+settings is refused unless ``overwrite``, which starts it afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from infoprobe.atomic import atomic_output, check_writable, refuse_existing
+from infoprobe.checkpoint import read_checkpoint_meta, save_checkpoint
+from infoprobe.ensemble import EnsembleError, train_ensemble
+from infoprobe.model import ModelConfig
+from infoprobe.train import TrainConfig, TrainResult
+
+FORMAT = "infoprobe.seeds"
+SUMMARY = "summary.json"
+
+
+def seed_dir(out: Path, seed: int) -> Path:
+    return out / f"seed-{seed}"
+
+
+def _settings(task: Any, model_cfg: ModelConfig, cfg: TrainConfig, seeds: Sequence[int]):
+    train = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "compile", "device")}
+    return {
+        "task": task.to_dict(),
+        "model_config": model_cfg.to_dict(),
+        "train_config": train,
+        "seeds": list(seeds),
+    }
+
+
+def _finished(out: Path, seed: int) -> dict | None:
+    """The metrics of seed ``seed``'s checkpoint if it was written, else None."""
+    folder = seed_dir(out, seed)
+    if not (folder / "checkpoint.json").is_file():
+        return None
+    return read_checkpoint_meta(folder, require_task=False).get("metrics", {})
+
+
+def write_summary(out: Path, settings: dict, metrics: dict[int, dict]) -> Path:
+    """Write ``OUT/summary.json``: settings, per-seed metrics (None: not finished) and the
+    seed with the lowest validation NMSE among the finished ones."""
+    finished = {s: m for s, m in metrics.items() if m is not None}
+    finite = {s: m["val_nmse"] for s, m in finished.items() if math.isfinite(m["val_nmse"])}
+    best = min(finite, key=finite.get) if finite else None
+    summary = {
+        "format": FORMAT,
+        **settings,
+        "members": {
+            str(s): None if m is None else {**m, "checkpoint": seed_dir(out, s).name}
+            for s, m in metrics.items()
+        },
+        "best_seed": best,
+        "best_val_nmse": finite.get(best),
+        "finished": len(finished),
+    }
+    with atomic_output(out / SUMMARY, overwrite=True) as tmp:
+        tmp.write_text(json.dumps(summary, indent=1, sort_keys=True))
+    return out / SUMMARY
+
+
+def prepare_folder(out: Path, settings: dict, overwrite: bool) -> None:
+    """Create ``out`` or check that it holds a run of the same settings (see module doc)."""
+    if out.is_dir() and not any(out.iterdir()):
+        pass  # an empty folder made for the run
+    elif out.exists():
+        refuse_existing(out, True, "seeds folder", kind=FORMAT)
+        summary = json.loads((out / SUMMARY).read_text())
+        same = {k: summary.get(k) for k in settings} == json.loads(json.dumps(settings))
+        if overwrite:
+            shutil.rmtree(out)
+        elif not same:
+            differ = [k for k in settings if summary.get(k) != settings[k]]
+            raise EnsembleError(
+                f"{out} holds seeds trained with other settings (field(s) {differ} of "
+                f"{out / SUMMARY} differ); pass --overwrite (overwrite=True) to start afresh "
+                "or choose another --out"
+            )
+    check_writable(out, "seeds folder")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def train_seeds(
+    task: Any,
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    seeds: Sequence[int],
+    out: str | Path,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Train ``cfg`` with every seed of ``seeds`` as one batched ensemble and write the
+    folder ``out`` (module docstring); return the summary (the content of summary.json).
+
+    Seeds already finished in ``out`` are kept and not trained again. A seed whose loss
+    became non-finite keeps its last good model; its ``stopped`` says so.
+    """
+    out, seeds = Path(out), [int(s) for s in seeds]
+    if len(set(seeds)) != len(seeds):
+        dup = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise EnsembleError(f"duplicate seed(s) {dup} in {seeds}; give each seed once")
+    if not seeds:
+        raise EnsembleError("no seeds given (M = 0); give at least one seed")
+    settings = _settings(task, model_cfg, cfg, seeds)
+    prepare_folder(out, settings, overwrite)
+    metrics = {s: _finished(out, s) for s in seeds}
+    todo = [s for s in seeds if metrics[s] is None]
+    write_summary(out, settings, metrics)
+
+    def save(member: int, result: TrainResult) -> None:
+        seed = todo[member]
+        save_checkpoint(
+            seed_dir(out, seed),
+            result.model.cpu(),
+            task,
+            train_config=replace(cfg, seed=seed).to_dict(),
+            history=result.history,
+            metrics=result.metrics(),
+            overwrite=True,
+        )
+        metrics[seed] = result.metrics()
+        write_summary(out, settings, metrics)
+
+    if todo:
+        cfgs = [replace(cfg, seed=s) for s in todo]
+        train_ensemble(task, model_cfg, cfgs, progress=progress, log=log, on_member_done=save)
+    return json.loads((out / SUMMARY).read_text())
