@@ -85,6 +85,38 @@ def test_estimate_projects_every_config_once_with_the_planned_queue(monkeypatch)
     assert all(p.label in table for p in prof.points) and "6 runs (3 configs x 2 seeds)" in table
 
 
+def test_estimate_times_each_ensemble_group_once_and_counts_compilation(monkeypatch):
+    prof = tiny_profile("triangle", points=(0, 1), seeds=3)
+    timed = []
+
+    def fake_time_ensemble(group, *, steps):
+        timed.append([s.seed for s in group])
+        return PointTiming("g", 0.05, 0.1, 6, 2.0, members=len(group), compile_seconds=7.0)
+
+    def fake_time_point(point, *, threads, device, steps, compile):
+        timed.append(["alone", compile])
+        return PointTiming("p", 0.02, 0.1, 6, 2.0, compile_seconds=3.0 if compile else 0.0)
+
+    monkeypatch.setattr(timing_module, "time_ensemble", fake_time_ensemble)
+    monkeypatch.setattr(timing_module, "time_point", fake_time_point)
+    result = estimate(
+        "triangle", profile=prof, workers=1, threads=1, ensemble=2, compile=True, log=None
+    )
+    # per config: seeds (0, 1) as one ensemble, seed 2 alone; each distinct group timed once
+    assert timed == [[0, 1], ["alone", True], [0, 1], ["alone", True]]
+    group = 7.0 + 6 * 0.05 + 2 * 2.0 * 0.1
+    alone = 3.0 + 6 * 0.02 + 2.0 * 0.1
+    assert result.wall_seconds == pytest.approx(2 * (group + alone))
+
+
+def test_time_ensemble_runs_real_steps():
+    prof = tiny_profile("triangle", points=(0,), seeds=2)
+    group = CLAIMS["triangle"].runs(prof)
+    t = timing_module.time_ensemble(group, steps=2)
+    assert t.members == 2 and t.step_seconds > 0 and t.eval_seconds > 0
+    assert t.compile_seconds == 0.0 and t.steps == prof.points[0].train["steps"]
+
+
 def test_time_point_runs_real_steps_and_leaves_global_threads_alone():
     import torch
 
