@@ -24,6 +24,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from infoprobe.atomic import check_writable, refuse_existing
+from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
+from infoprobe.checkpoint import save_checkpoint
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
@@ -506,10 +509,7 @@ def check_output_folder(path: Path, overwrite: bool = False, what: str = "checkp
     must be a writable folder (missing folders in between are created when writing), so
     a path under a regular file or in a read-only folder fails now, not after training.
     """
-    from infoprobe.atomic import check_writable, refuse_existing
-    from infoprobe.checkpoint import FORMAT
-
-    refuse_existing(path, overwrite, what, kind=FORMAT)
+    refuse_existing(path, overwrite, what, kind=CHECKPOINT_FORMAT)
     check_writable(path, f"{what} folder")
 
 
@@ -529,7 +529,6 @@ def train_and_save(
     If the loss diverges, the last good model is still saved (its metrics record where
     training stopped) before :class:`NonFiniteLossError` propagates.
     """
-    from infoprobe.checkpoint import save_checkpoint  # checkpoint imports model, not train
 
     def save(result: TrainResult) -> None:
         save_checkpoint(

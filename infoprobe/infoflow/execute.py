@@ -12,7 +12,6 @@ operation of a program (retrievals and aggregations) with its layer, slot and gr
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from .errors import InfoFlowError, ScoreAccessError
 from .program import AggregateAll, AggregatePositions, Operation, Program, Retrieve, op_kind
@@ -40,6 +39,8 @@ def execute(
     n, T, _ = x.shape
     out = np.empty((program.n_layers + 1, n, T + 1, T + 1), dtype=bool)
     starts = range(0, n, max(1, chunk))
+    from tqdm.auto import tqdm  # imported when used: the engine needs no progress bars
+
     for start in tqdm(starts, desc="predicted sets", disable=not progress, leave=False):
         stop = min(n, start + chunk)
         out[:, start:stop] = execute_chunk(program, x[start:stop].astype(np.float64))
@@ -180,6 +181,8 @@ def retrievals(
         (o.layer, o.slot, o.group): [] for o in ops
     }
     step = max(1, chunk)
+    from tqdm.auto import tqdm
+
     for start in tqdm(range(0, n, step), desc="retrieved keys", disable=not progress, leave=False):
         stop = min(n, start + step)
         _, keys = run_chunk(program, x[start:stop].astype(np.float64))

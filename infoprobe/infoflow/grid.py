@@ -1,18 +1,23 @@
 """The phase boundary at a glance: verdict and exponent over sequence lengths and heads."""
 
+from __future__ import annotations
+
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
 from infoprobe.tasks import Task, TaskError, make_task
 
 from .arch import Architecture
 from .cost import DEFAULT_KTH_LAW, KthLaw
 from .predict import predict
+
+if TYPE_CHECKING:  # the engine imports without matplotlib; only the figure needs it
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
 
 MAX_DEFAULT_ROWS = 36
 
@@ -94,6 +99,8 @@ def grid_figure(cells: Sequence[GridCell], title: str = "") -> Figure:
     rows, cols = _axes(cells)
     lookup = {(c.heads, c.T): c for c in cells}
     alpha = np.array([[lookup[(h, T)].alpha or np.nan for T in cols] for h in rows], dtype=float)
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(1.2 + 0.9 * len(cols), 1.0 + 0.45 * len(rows)))
     ax = fig.add_subplot()
     image = ax.imshow(alpha, aspect="auto", cmap="viridis")
@@ -115,5 +122,6 @@ def grid_figure(cells: Sequence[GridCell], title: str = "") -> Figure:
 
 
 def _hatch(j: int, i: int) -> Rectangle:
+    from matplotlib.patches import Rectangle
 
     return Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//", edgecolor="red", lw=0)
