@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from infoprobe.auroc import CompareInputError
+from infoprobe.errors import CompareInputError
 from infoprobe.jsonable import jsonable
 
 MemberWhen = Literal["below", "above"]

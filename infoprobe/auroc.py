@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-class CompareInputError(ValueError):
-    """An input array of the comparison has the wrong dtype, shape or non-finite values."""
+from infoprobe.errors import CompareInputError
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:

@@ -37,7 +37,8 @@ from einops import rearrange
 from infoprobe import __version__
 from infoprobe.agreement import MemberWhen, SetAgreement, TauSweep, tau_sweep
 from infoprobe.atomic import atomic_output
-from infoprobe.auroc import CompareInputError, auroc
+from infoprobe.auroc import auroc
+from infoprobe.errors import CompareInputError
 from infoprobe.jsonable import jsonable
 from infoprobe.provenance import ProvenanceError
 

@@ -26,8 +26,9 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from infoprobe.probes.split import TEST, make_split
 from infoprobe.probing import ProbeSettings, run_probe
 from infoprobe.report.build import from_sources, write_report
 from infoprobe.rollout import RolloutConfig
+from infoprobe.seeds import differing_settings, seed_dir, train_seeds
 from infoprobe.sources import checkpoint_history, compare_sources, load_sources
 from infoprobe.tasks import task_from_dict
 from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
@@ -111,12 +113,17 @@ class RunSummary:
     layer_verdicts: list[str]
     report: Path
     skipped: list[str] = field(default_factory=list)
+    seed_val_nmse: dict[int, float] = field(default_factory=dict)
+    """Every trained seed's best validation NMSE when several seeds were trained (the
+    analysed model is the best of them); empty for one seed."""
 
     def lines(self) -> list[str]:
         nmse = "n/a" if self.val_nmse is None else f"{self.val_nmse:.3g}"
         test = "n/a" if self.test_nmse is None else f"{self.test_nmse:.3g}"
+        seeds = ", ".join(f"seed {s}: {v:.3g}" for s, v in self.seed_val_nmse.items())
         return [
             f"task {self.task['name']} {self.task['params']}, heads per layer {self.heads}",
+            *([f"  seeds trained together (best analysed): {seeds}"] if seeds else []),
             f"  trained model: validation NMSE {nmse}, test NMSE {test}",
             f"  InfoFlow: {self.verdict} (cost exponent {self.exponent})",
             *[f"  {line}" for line in self.layer_verdicts],
@@ -443,6 +450,10 @@ def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
     )
 
 
+SEEDS_FOLDER = "seeds"
+"""Where ``run_pipeline(..., seeds=...)`` keeps every seed's checkpoint."""
+
+
 def _train_stage(task, model_cfg: ModelConfig, train_cfg: TrainConfig, dst: Path, **kw) -> None:
     """Train into ``dst``; a diverging run keeps nothing there and stops with one line."""
     try:
@@ -456,6 +467,29 @@ def _train_stage(task, model_cfg: ModelConfig, train_cfg: TrainConfig, dst: Path
         ) from None
 
 
+def _train_seeds_stage(
+    task, model_cfg: ModelConfig, train_cfg: TrainConfig, seeds: Sequence[int], dst: Path, **kw
+) -> None:
+    """Train ``seeds`` as one ensemble into ``dst.parent/seeds`` (resumable) and copy the
+    seed with the best validation NMSE to ``dst``. Finished seeds of the same settings are
+    kept; a seeds folder of other settings is replaced (the run folder has already checked
+    that this stage may be rebuilt)."""
+    folder = dst.parent / SEEDS_FOLDER
+    if (folder / "summary.json").is_file() and differing_settings(
+        folder, task, model_cfg, train_cfg, seeds
+    ):
+        shutil.rmtree(folder)
+    summary = train_seeds(task, model_cfg, train_cfg, seeds, folder, **kw)
+    if summary["best_seed"] is None:
+        raise RunFolderError(
+            f"stage 'train' diverged: every seed of {list(seeds)} stopped on a non-finite "
+            "loss. Lower --lr or set --grad-clip and re-run into the same folder"
+        )
+    best = seed_dir(folder, summary["best_seed"])
+    with atomic_output(dst, overwrite=True, directory=True, what="checkpoint") as tmp:
+        shutil.copytree(best, tmp, dirs_exist_ok=True)
+
+
 def run_pipeline(
     out: str | os.PathLike,
     task,
@@ -463,12 +497,16 @@ def run_pipeline(
     train_cfg: TrainConfig,
     settings: RunSettings | None = None,
     *,
+    seeds: Sequence[int] | None = None,
     overwrite: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Train a model on ``task`` and run every analysis stage into folder ``out``.
 
+    ``seeds``: train these seeds together as one batched ensemble (``out/seeds/``, one
+    checkpoint per seed and a summary) and analyse the one with the best validation NMSE,
+    as the paper reports the best of several seeds; None trains ``train_cfg.seed`` alone.
     ``progress`` shows tqdm bars; ``log`` receives the stage lines and one line per
     training evaluation (default: print them when ``progress``).
     """
@@ -476,17 +514,22 @@ def run_pipeline(
     folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
     ckpt_dir = folder.path / "checkpoint"
     train_key = {"task": task.to_dict(), "model": model_cfg.to_dict(), "train": train_cfg.to_dict()}
-    train_stage = Stage(
-        "train",
-        "checkpoint",
-        train_key,
-        build=lambda dst: _train_stage(
-            task, model_cfg, train_cfg, dst, progress=progress, log=None if progress else log
-        ),
-    )
+    train_log = None if progress else log
+    if seeds is None:
+        build = partial(_train_stage, task, model_cfg, train_cfg, progress=progress, log=train_log)
+    else:
+        train_key["seeds"] = list(seeds)
+        build = partial(
+            _train_seeds_stage, task, model_cfg, train_cfg, seeds, progress=progress, log=train_log
+        )
+    train_stage = Stage("train", "checkpoint", train_key, build=build)
     ckpt_key = {"train": key_sha(train_key)}
     folder.run([train_stage, *analysis_stages(folder, ckpt_dir, ckpt_key, settings)])
-    return _summary(folder, ckpt_dir)
+    summary = _summary(folder, ckpt_dir)
+    if seeds is not None:
+        members = json.loads((folder.path / SEEDS_FOLDER / "summary.json").read_text())["members"]
+        summary.seed_val_nmse = {int(s): m["val_nmse"] for s, m in members.items() if m}
+    return summary
 
 
 def probe_checkpoint(

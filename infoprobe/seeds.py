@@ -17,6 +17,7 @@ import math
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -74,20 +75,27 @@ def write_summary(out: Path, settings: dict, metrics: dict[int, dict]) -> Path:
     return out / SUMMARY
 
 
-def prepare_folder(out: Path, settings: dict, overwrite: bool) -> None:
-    """Create ``out`` or check that it holds a run of the same settings (see module doc)."""
+def differing_settings(
+    out: Path, task: Any, model_cfg: ModelConfig, cfg: TrainConfig, seeds: Sequence[int]
+) -> list[str]:
+    """The settings fields in which the seeds folder ``out`` differs from these."""
+    settings = json.loads(json.dumps(_settings(task, model_cfg, cfg, seeds)))
+    summary = json.loads((out / SUMMARY).read_text())
+    return [k for k in settings if summary.get(k) != settings[k]]
+
+
+def prepare_folder(out: Path, differ: Callable[[], list[str]], overwrite: bool) -> None:
+    """Create ``out`` or check that it holds a run of the same settings (see module doc);
+    ``differ()`` lists the settings fields that differ from the folder's."""
     if out.is_dir() and not any(out.iterdir()):
         pass  # an empty folder made for the run
     elif out.exists():
         refuse_existing(out, True, "seeds folder", kind=FORMAT)
-        summary = json.loads((out / SUMMARY).read_text())
-        same = {k: summary.get(k) for k in settings} == json.loads(json.dumps(settings))
         if overwrite:
             shutil.rmtree(out)
-        elif not same:
-            differ = [k for k in settings if summary.get(k) != settings[k]]
+        elif fields_ := differ():
             raise EnsembleError(
-                f"{out} holds seeds trained with other settings (field(s) {differ} of "
+                f"{out} holds seeds trained with other settings (field(s) {fields_} of "
                 f"{out / SUMMARY} differ); pass --overwrite (overwrite=True) to start afresh "
                 "or choose another --out"
             )
@@ -119,7 +127,7 @@ def train_seeds(
     if not seeds:
         raise EnsembleError("no seeds given (M = 0); give at least one seed")
     settings = _settings(task, model_cfg, cfg, seeds)
-    prepare_folder(out, settings, overwrite)
+    prepare_folder(out, partial(differing_settings, out, task, model_cfg, cfg, seeds), overwrite)
     metrics = {s: _finished(out, s) for s in seeds}
     todo = [s for s in seeds if metrics[s] is None]
     write_summary(out, settings, metrics)

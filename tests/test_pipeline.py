@@ -192,3 +192,21 @@ def test_probe_checkpoint_without_task_asks_for_one_then_uses_it(run_dir, tmp_pa
     with h5py.File(tmp_path / "p" / "acts.h5") as f:
         assert f.attrs["n_committed"] == 600
     assert "report:" in capsys.readouterr().out
+
+
+def test_seeds_train_together_and_the_best_is_analysed(tmp_path, capsys):
+    out = tmp_path / "seeds-run"
+    args = (
+        "run --task intrinsic-dim --T 5 --D 2 --heads 2,2 --E 16 --d-mlp 16 --d-readout 8 "
+        "--steps 40 --batch-size 64 --n-val 128 --n-test 128 --eval-every 20 --lr 3e-3 "
+        "--n-cache 600 --cache-batch 200 --quiet --seeds 4,2 --out"
+    ).split()
+    assert main([*args, str(out)]) == 0
+    members = json.loads((out / "seeds" / "summary.json").read_text())["members"]
+    val = {int(s): m["val_nmse"] for s, m in members.items()}
+    best = min(val, key=val.get)
+    analysed = (out / "checkpoint" / "model.safetensors").read_bytes()
+    assert analysed == (out / "seeds" / f"seed-{best}" / "model.safetensors").read_bytes()
+    printed = capsys.readouterr().out
+    assert f"seed 4: {val[4]:.3g}" in printed and f"seed 2: {val[2]:.3g}" in printed
+    assert load_checkpoint(out / "checkpoint").meta["train_config"]["seed"] == best

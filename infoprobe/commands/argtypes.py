@@ -86,3 +86,18 @@ def device(text: str) -> str:
     if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise argparse.ArgumentTypeError(f"{text!r} asked for, but torch sees no MPS device")
     return text
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    """``"0,1,2"`` → (0, 1, 2): distinct non-negative seeds."""
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--seeds expects comma-separated integers like 0,1,2,3; got {text!r}"
+        ) from None
+    if min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds must be >= 0, got {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds lists a seed twice: {text!r}")
+    return seeds

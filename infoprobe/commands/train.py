@@ -8,6 +8,7 @@ import sys
 import torch
 
 from infoprobe.atomic import OutputExistsError
+from infoprobe.commands.argtypes import seed_list
 from infoprobe.commands.modelargs import (
     add_model_arguments,
     add_train_arguments,
@@ -61,21 +62,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
-
-
-def seed_list(text: str) -> tuple[int, ...]:
-    """``"0,1,2"`` → (0, 1, 2): distinct non-negative seeds."""
-    try:
-        seeds = tuple(int(s) for s in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--seeds expects comma-separated integers like 0,1,2,3; got {text!r}"
-        ) from None
-    if min(seeds) < 0:
-        raise argparse.ArgumentTypeError(f"--seeds must be >= 0, got {text!r}")
-    if len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"--seeds lists a seed twice: {text!r}")
-    return seeds
 
 
 def run_seeds(args: argparse.Namespace, task, model_cfg, cfg) -> int:
