@@ -23,6 +23,8 @@ def test_demo_index_shows_both_models_verdicts_and_links(tmp_path):
     assert links == ["heads-2-2/report/report.html", "heads-1-2/report/report.html"]
     assert all((index.parent / link).is_file() for link in links)
     assert f"{summaries[0].val_nmse:.2e}" in html and "Observed is not used" in html
+    gap = summaries[1].val_nmse / summaries[0].val_nmse  # (1,2) over (2,2)
+    assert f"One head fewer is {gap:.1f}× worse" in html
     for s in summaries:  # each layer line after the embedding leads with the flow AUROC
         assert s.layer_verdicts[0].startswith("layer 0: nothing predicted besides")
         assert all(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from infoprobe.commands.argtypes import positive_int
-from infoprobe.demo import DemoConfig, run_demo
+from infoprobe.commands.argtypes import positive_int, seed_list
+from infoprobe.demo import DemoConfig, run_demo, separation
 
 DESCRIPTION = """\
 The toolkit's point in one run (about 3.5 minutes on an idle 2-core CPU): two models on the
@@ -40,6 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="samples cached and probed per model (default: %(default)s)",
     )
     p.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=DemoConfig.seeds,
+        metavar="S1,S2,..",
+        help="seeds per model, trained together; the best is analysed (default: "
+        f"{','.join(map(str, DemoConfig.seeds))})",
+    )
+    p.add_argument(
         "--sequential",
         action="store_true",
         help="train the two models one after the other (default: side by side)",
@@ -49,12 +57,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = replace(DemoConfig(), steps=args.steps, n_cache=args.n_cache)
+    cfg = replace(DemoConfig(), steps=args.steps, n_cache=args.n_cache, seeds=args.seeds)
     summaries, index = run_demo(
         args.out, cfg, overwrite=args.overwrite, parallel=not args.sequential
     )
     print()
     for summary in summaries:
         print("\n".join(summary.lines()))
+    gap = separation(summaries)
+    if gap is not None:
+        print(
+            f"\nOne head fewer is {gap:.1f}x worse: validation NMSE of the "
+            f"({cfg.D - 1},{cfg.D}) model / the ({cfg.D},{cfg.D}) model's"
+        )
     print(f"\nside by side: {index}")
     return 0
