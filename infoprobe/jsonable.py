@@ -1,7 +1,10 @@
-"""JSON-able values: numpy to plain Python, NaN and Inf to None (JSON has no NaN)."""
+"""JSON-able values: numpy to plain Python, NaN and Inf to None (JSON has no NaN); a
+stable hash of a JSON value."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -24,3 +27,10 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def json_sha256(value: Any) -> str:
+    """Hex SHA-256 of ``value`` as JSON with sorted keys (values JSON cannot hold are
+    written with ``str``): equal settings give equal hashes on every machine."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -21,7 +21,6 @@ settings is refused (naming the stage and the fields that differ) unless ``overw
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -41,6 +40,7 @@ from infoprobe.compare import write_comparisons
 from infoprobe.hooks import open_cache
 from infoprobe.influence import InfluenceSettings, influence_for_cache
 from infoprobe.infoflow import predict, write_sets
+from infoprobe.jsonable import json_sha256
 from infoprobe.model import ModelConfig
 from infoprobe.probes.split import TEST, make_split
 from infoprobe.probing import ProbeSettings, run_probe
@@ -133,7 +133,7 @@ class RunSummary:
 
 def key_sha(key: dict) -> str:
     """Stable hash of a stage key (JSON with sorted keys)."""
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+    return json_sha256(key)
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:

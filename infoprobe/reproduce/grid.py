@@ -9,7 +9,6 @@ plain data: the claims themselves are written out in :mod:`infoprobe.reproduce.c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infoprobe.ensemble import SHARED_FIELDS, shape_of
+from infoprobe.jsonable import json_sha256
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task, task_from_dict
 from infoprobe.train import TrainConfig
@@ -87,7 +87,7 @@ class GridPoint:
         value every earlier run had, so upgrading never orphans finished runs.
         """
         spec = without_added_defaults(self.spec())
-        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+        digest = json_sha256(spec)
         slug = re.sub(r"[^A-Za-z0-9]+", "-", self.label).strip("-").lower()
         return f"{slug}-{digest[:10]}"
 
