@@ -1,4 +1,4 @@
-"""Batched MLP probes vs a per-probe torch loop (gate: >= 5x at held-out R² within 0.01).
+"""Batched MLP probes vs a per-probe torch loop (gate: >= 15x at held-out R² within 0.01).
 
 Workload: n samples, C cells of width E, S targets of k coordinates; cell c sees the
 targets s ≡ c (mod C) through a random tanh map, so some probes decode well and most do
@@ -29,7 +29,7 @@ from torch import nn
 from infoprobe.probes.metrics import pooled_r2
 from infoprobe.probes.mlp import BatchedMLP, fit_mlp_probes
 
-GATE_RATIO = 5.0
+GATE_RATIO = 15.0
 GATE_R2 = 0.01
 
 

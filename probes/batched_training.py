@@ -54,6 +54,7 @@ __all__ = [
     "BatchedProbes",
     "EarlyStopping",
     "TrainingBudget",
+    "Workspace",
     "init_params",
     "minibatch_permutations",
     "predict_standardised",
@@ -140,6 +141,26 @@ def initial_values(
 # --------------------------------------------------------------------------- modules
 
 
+class Workspace:
+    """Scratch tensors reused from step to step, one per (name, shape).
+
+    A fresh tensor of a few MiB is page-faulted in on every allocation on the CPU;
+    training a group of probes allocates its activations thousands of times, so the
+    hand-written steps (:meth:`BatchedProbes.train_step`) write into these instead.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.buffers: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
+
+    def __call__(self, name: str, *shape: int) -> torch.Tensor:
+        """An uninitialised float32 tensor of ``shape``, the same one on every call."""
+        key = (name, shape)
+        if key not in self.buffers:
+            self.buffers[key] = torch.empty(shape, device=self.device)
+        return self.buffers[key]
+
+
 class BatchedProbes(nn.Module):
     """A group of probes whose parameters all have the leading axes ``probe_shape``.
 
@@ -147,7 +168,9 @@ class BatchedProbes(nn.Module):
     last: with weights in ``nn.Linear``'s ``[out, in]`` orientation each layer
     is one batched matmul ``W @ h``) and set ``loss_dims``: the axes of the
     squared error ``[c, S, k, b]`` averaged into one loss per probe (so that
-    ``per_probe_loss`` has shape ``probe_shape``).
+    ``per_probe_loss`` has shape ``probe_shape``). They may override
+    :meth:`train_step` and :meth:`eval_loss` with hand-written passes into a
+    :class:`Workspace` (same values, no autograd graph, no allocations).
     """
 
     loss_dims: tuple[int, ...] = (2, 3)
@@ -156,6 +179,20 @@ class BatchedProbes(nn.Module):
     def per_probe_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean squared error per probe, shape ``probe_shape``; ``y`` is ``[b, S, k]``."""
         return ((self(x) - y.permute(1, 2, 0)) ** 2).mean(dim=self.loss_dims)
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
+        """Set every parameter's ``.grad`` to the gradient of the summed per-probe loss.
+
+        ``x [c, b, E]``, ``y [b, S, k]`` (standardised). This default uses autograd.
+        """
+        for p in self.parameters():
+            p.grad = None
+        self.per_probe_loss(x, y).sum().backward()
+
+    def eval_loss(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> torch.Tensor:
+        """:meth:`per_probe_loss` without gradients (``probe_shape``)."""
+        with torch.no_grad():
+            return self.per_probe_loss(x, y)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Parameters as float32 numpy arrays (leading axes ``probe_shape``)."""
@@ -208,17 +245,28 @@ class EarlyStopping:
 
 
 def batched_loss(
-    module: BatchedProbes, x: torch.Tensor, y: torch.Tensor, batch_size: int
+    module: BatchedProbes,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int,
+    work: Workspace | None = None,
 ) -> torch.Tensor:
     """Per-probe mean squared error over all samples of ``x [c, n, E]``, ``y [n, S, k]``."""
+    work = work or Workspace(x.device)
     total = torch.zeros(module.probe_shape, dtype=torch.float64, device=x.device)
     n = x.shape[1]
-    with torch.no_grad():
-        for start in range(0, n, batch_size):
-            stop = min(start + batch_size, n)
-            loss = module.per_probe_loss(x[:, start:stop], y[start:stop])
-            total += loss.to(torch.float64) * (stop - start)
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        loss = module.eval_loss(x[:, start:stop], y[start:stop], work)
+        total += loss.to(torch.float64) * (stop - start)
     return total / n
+
+
+def take_probes(t: torch.Tensor, keep: list[torch.Tensor]) -> torch.Tensor:
+    """``t`` restricted to the probes ``keep`` (one index tensor per leading probe axis)."""
+    for axis, index in enumerate(keep):
+        t = t.index_select(axis, index)
+    return t
 
 
 def train_with_early_stopping(
@@ -241,6 +289,12 @@ def train_with_early_stopping(
     (strictly) while still active stores its weights. A probe becomes
     inactive after ``budget.patience`` epochs without improvement. On return
     the module holds each probe's best weights.
+
+    Probes are independent, so the inactive ones are dropped from the
+    computation: after an epoch, every cell (probe axis 0, the axis of ``x``)
+    and every target (probe axis 1 if any, the axis 1 of ``y``) with no active
+    probe left is removed from the parameters, the optimiser state and the
+    data. The remaining probes train exactly as before.
     """
     params = list(module.parameters())
     optimizer = budget.make_optimizer(params)
@@ -250,32 +304,54 @@ def train_with_early_stopping(
     best_loss = torch.full(shape, math.inf, dtype=torch.float64, device=device)
     best_epoch = torch.full(shape, -1, dtype=torch.int64, device=device)
     active = torch.ones(shape, dtype=torch.bool, device=device)
+    alive = [torch.arange(size, device=device) for size in shape]  # probes still trained
     n_train = x_train.shape[1]
     orders = minibatch_permutations(n_train, budget.seed)
+    work = Workspace(device)
     bar = tqdm(range(budget.epochs), desc=desc, disable=not progress, leave=False)
     epochs_run = 0
     for epoch in bar:
         order = next(orders).to(device)
         for start in range(0, n_train, budget.batch_size):
             idx = order[start : start + budget.batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            module.per_probe_loss(x_train[:, idx], y_train[idx]).sum().backward()
+            module.train_step(x_train[:, idx], y_train[idx], work)
             optimizer.step()
         epochs_run = epoch + 1
-        val_loss = batched_loss(module, x_val, y_val, eval_batch)
-        improved = active & (val_loss < best_loss)
-        best_loss = torch.where(improved, val_loss, best_loss)
-        best_epoch = torch.where(improved, epoch, best_epoch)
+        val_loss = batched_loss(module, x_val, y_val, eval_batch, work)
+        grid = torch.meshgrid(*alive, indexing="ij")
+        improved = active[grid] & (val_loss < best_loss[grid])
+        best_loss[grid] = torch.where(improved, val_loss, best_loss[grid])
+        best_epoch[grid] = torch.where(improved, epoch, best_epoch[grid])
         with torch.no_grad():
             for p, b in zip(params, best, strict=True):
-                b[improved] = p.detach()[improved]
+                mask = improved.view(*improved.shape, *[1] * (p.dim() - len(shape)))
+                b[grid] = torch.where(mask, p, b[grid])
         active &= epoch - best_epoch < budget.patience
         bar.set_postfix(active=int(active.sum()), best_val=float(best_loss.mean()))
         if not active.any():
             break
+        still = active[grid]
+        keep = [still] if len(shape) == 1 else [still.any(1), still.any(0)]
+        if all(bool(k.all()) for k in keep):
+            continue
+        keep = [torch.nonzero(k).flatten() for k in keep]
+        alive = [a[k] for a, k in zip(alive, keep, strict=True)]
+        with torch.no_grad():
+            for p in params:
+                state = optimizer.state.get(p, {})
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if key in state:
+                        state[key] = take_probes(state[key], keep)
+                p.data, p.grad = take_probes(p.data, keep), None
+        module.probe_shape = tuple(len(a) for a in alive)
+        x_train, x_val = x_train.index_select(0, keep[0]), x_val.index_select(0, keep[0])
+        if len(keep) > 1:
+            y_train, y_val = y_train.index_select(1, keep[1]), y_val.index_select(1, keep[1])
+        work = Workspace(device)
     with torch.no_grad():
         for p, b in zip(params, best, strict=True):
-            p.copy_(b)
+            p.data, p.grad = b, None
+    module.probe_shape = shape
     return EarlyStopping(best_loss, best_epoch, epochs_run)
 
 

@@ -27,6 +27,7 @@ pooled over the k coordinates and ``nmse = 1 - r2``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import einops
@@ -164,8 +165,11 @@ def fit_chunked(
     of cells. X is read ``chunk = max_memory_bytes // bytes_per_cell`` cells
     at a time; on the CPU each chunk is trained in groups of cells whose
     minibatch activations (``activation_bytes_per_cell`` each) fit in
-    :data:`CPU_STEP_ACTIVATION_BYTES`. Groups are independent: the result does
-    not depend on the chunk or group size (per-cell seeding of
+    :data:`CPU_STEP_ACTIVATION_BYTES`, by ``torch.get_num_threads()`` worker
+    threads with one intra-op thread each (small operations split over OpenMP
+    threads wait for the slowest one, which on a shared machine can be a
+    descheduled thread). Groups are independent: the result does not depend on
+    the chunk or group size or the number of workers (per-cell seeding of
     :mod:`infoprobe.probes.batched_training`).
     """
     train_idx, val_idx, test_idx = splits
@@ -178,35 +182,53 @@ def fit_chunked(
     y_stats = Standardiser.fit(y[train_idx], axis=0)
     z = torch.tensor((y - y_stats.mean) / y_stats.scale, device=device)
     eval_batch = budget.batch_size  # same-size buffers as training: freed memory is reused
-    params: dict[str, list[np.ndarray]] = {}
-    best_val, best_epoch, test_parts, epochs_run = [], [], [], []
-    n_groups = sum(-(-min(chunk, n_cells - s) // group) for s in range(0, n_cells, chunk))
-    overall = tqdm(total=n_cells, desc=desc, unit="cell", disable=not progress or n_groups == 1)
-    for start in range(0, n_cells, chunk):
-        cells = range(start, min(start + chunk, n_cells))
-        x_chunk = standardised_cells(X, cells, x_stats, device, torch.float32)
-        for first in range(cells.start, cells.stop, group):
-            trained = range(first, min(first + group, cells.stop))
-            x = x_chunk[trained.start - cells.start : trained.stop - cells.start]
-            module = make_module(trained, None).to(device)
-            record = train_with_early_stopping(
-                module,
-                x[:, train_idx],
-                z[train_idx],
-                x[:, val_idx],
-                z[val_idx],
-                budget,
-                eval_batch=eval_batch,
-                progress=progress,
-                desc=f"{desc} cells {trained.start}-{trained.stop - 1}/{n_cells}",
-            )
-            test_parts.append(predict_standardised(module, x[:, test_idx], eval_batch))
-            for name, value in module.arrays().items():
-                params.setdefault(name, []).append(value)
-            best_val.append(record.best_val_loss.cpu().numpy())
-            best_epoch.append(record.best_epoch.cpu().numpy())
-            epochs_run.append(record.epochs_run)
-            overall.update(len(trained))
+    groups = [
+        range(first, min(first + group, start + chunk, n_cells))
+        for start in range(0, n_cells, chunk)
+        for first in range(start, min(start + chunk, n_cells), group)
+    ]
+    threads = torch.get_num_threads()
+    workers = min(threads, len(groups)) if device.type == "cpu" else 1
+    overall = tqdm(total=n_cells, desc=desc, unit="cell", disable=not progress or len(groups) == 1)
+
+    def train_group(cells: range, x: torch.Tensor) -> tuple:
+        """Train the probes of ``cells`` on their standardised states ``x [c, n, E]``."""
+        torch.set_num_threads(max(1, threads // workers))  # this thread only
+        module = make_module(cells, None).to(device)
+        record = train_with_early_stopping(
+            module,
+            x[:, train_idx],
+            z[train_idx],
+            x[:, val_idx],
+            z[val_idx],
+            budget,
+            eval_batch=eval_batch,
+            progress=progress and workers == 1,
+            desc=f"{desc} cells {cells.start}-{cells.stop - 1}/{n_cells}",
+        )
+        return (
+            predict_standardised(module, x[:, test_idx], eval_batch),
+            module.arrays(),
+            record.best_val_loss.cpu().numpy(),
+            record.best_epoch.cpu().numpy(),
+            record.epochs_run,
+        )
+
+    results = []
+    try:
+        with ThreadPoolExecutor(workers) as pool:  # groups are independent: one per core
+            for start in range(0, n_cells, chunk):
+                cells = range(start, min(start + chunk, n_cells))
+                x_chunk = standardised_cells(X, cells, x_stats, device, torch.float32)
+                mine = [g for g in groups if g.start in cells]
+                slices = [x_chunk[g.start - start : g.stop - start] for g in mine]
+                for result, trained in zip(pool.map(train_group, mine, slices), mine, strict=True):
+                    results.append(result)
+                    overall.update(len(trained))
+    finally:
+        torch.set_num_threads(threads)  # the workers' setting is process-wide: restore it
+    test_parts, arrays, best_val, best_epoch, epochs_run = map(list, zip(*results, strict=True))
+    params = {name: [a[name] for a in arrays] for name in arrays[0]}
     overall.close()
     test_z = np.concatenate(test_parts, axis=1)
     return ChunkedFit(

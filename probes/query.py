@@ -12,9 +12,11 @@ learned embedding of size ``embed_dim`` (the MLP on ``[h; emb(s)]``). The probe
 is trained over all s jointly (every sample contributes all S queries), all
 cells at once with grouped weights, with the training machinery, budget and
 seeding of :mod:`infoprobe.probes.batched_training` (early stopping per cell, on
-the validation loss averaged over s), the standardisation and chunking of
-:mod:`infoprobe.probes.chunked_fit`, and the GELU readout of
-:mod:`infoprobe.probes.mlp`.
+the validation loss averaged over s), and the standardisation and chunking of
+:mod:`infoprobe.probes.chunked_fit`. A training step is written by hand
+(:meth:`BatchedQueryMLP.train_step`): the activations of a cell are laid out
+``[h, S, b]``, so its readout and the readout's weight gradient over all S
+queries are each one matmul of width S·b.
 
 Because one probe serves every position, it can only reconstruct ``x(s)`` well
 in the samples whose state actually carries ``x(s)`` (and enough of a code of
@@ -37,13 +39,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import einops
 import numpy as np
 import torch
+from torch import nn
 
 from infoprobe.probes.batched_training import (
     BatchedProbes,
     OptimizerName,
     TrainingBudget,
+    Workspace,
     init_params,
 )
 from infoprobe.probes.chunked_fit import (
@@ -56,7 +61,7 @@ from infoprobe.probes.chunked_fit import (
 )
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.metrics import per_sample_error
-from infoprobe.probes.mlp import GeluReadout
+from infoprobe.probes.mlp import small_matmul_t
 from infoprobe.probes.validate import (
     ArrayLike,
     check_positive_int,
@@ -118,13 +123,65 @@ class BatchedQueryMLP(BatchedProbes):
         """The first layer's contribution of each queried position, ``[c, S, h]``."""
         if self.query == "onehot":
             return self.w_query
-        return torch.einsum("csm,cmh->csh", self.embed, self.w_query)
+        return torch.bmm(self.embed, self.w_query)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [c, b, E]`` (standardised) -> ``x̂(s)`` for every s, ``[c, S, k, b]``."""
+        c, b, _ = x.shape
         state = torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2))  # [c, h, b]
-        pre = state.unsqueeze(1) + self.query_offsets().unsqueeze(3)  # [c, S, h, b]
-        return GeluReadout.apply(pre, self.w_out.unsqueeze(1), self.b_out[:, None, :, None])
+        pre = state.unsqueeze(2) + self.query_offsets().transpose(1, 2).unsqueeze(3)
+        act = nn.functional.gelu(pre).reshape(c, -1, pre.shape[2] * b)  # [c, h, S·b]
+        out = torch.baddbmm(self.b_out.unsqueeze(2), self.w_out, act)  # [c, k, S·b]
+        return einops.rearrange(out, "c k (s b) -> c s k b", b=b)
+
+    def _forward_into(
+        self, x: torch.Tensor, y: torch.Tensor, work: Workspace
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pre-activations, activations ``[c, h, S, b]`` and the residual ``x̂ - y``
+        ``[c, k, S, b]``, written into ``work`` (no autograd)."""
+        c, b, _ = x.shape
+        k, hidden = self.w_out.shape[1:]
+        n_pos = y.shape[1]
+        state = torch.baddbmm(
+            self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2), out=work("state", c, hidden, b)
+        )
+        pre = work("pre", c, hidden, n_pos, b)
+        torch.add(state.unsqueeze(2), self.query_offsets().transpose(1, 2).unsqueeze(3), out=pre)
+        act = torch.ops.aten.gelu.out(pre, out=work("act", c, hidden, n_pos, b))
+        out = work("out", c, k, n_pos * b)
+        torch.baddbmm(self.b_out.unsqueeze(2), self.w_out, act.view(c, hidden, -1), out=out)
+        residual = out.view(c, k, n_pos, b).sub_(y.permute(2, 1, 0))
+        return pre, act, residual
+
+    @torch.no_grad()
+    def eval_loss(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> torch.Tensor:
+        """Mean squared error per cell ``[c]`` over positions, samples and coordinates."""
+        return self._forward_into(x, y, work)[2].square_().mean(dim=(1, 2, 3))
+
+    @torch.no_grad()
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
+        """Gradients of the summed per-cell loss, by hand: every S·b-wide product of a
+        cell is one matmul, and the big ``[c, h, S, b]`` buffers are reused."""
+        for p in self.parameters():
+            if p.grad is None:
+                p.grad = torch.empty_like(p)
+        pre, act, residual = self._forward_into(x, y, work)
+        c, hidden, n_pos, b = pre.shape
+        g_out = residual.mul_(2.0 / residual[0].numel()).view(c, -1, n_pos * b)  # [c, k, S·b]
+        flat = act.view(c, hidden, -1)
+        torch.bmm(g_out, flat.transpose(1, 2), out=self.w_out.grad)
+        torch.sum(g_out, dim=2, out=self.b_out.grad)
+        small_matmul_t(self.w_out, g_out, out=flat)  # d loss / d act
+        g_pre = torch.ops.aten.gelu_backward.grad_input(act, pre, grad_input=pre)
+        g_offsets = torch.sum(g_pre, dim=3, out=work("g_offsets", c, hidden, n_pos))
+        g_state = torch.sum(g_pre, dim=2, out=work("g_state", c, hidden, b))
+        torch.bmm(g_state, x, out=self.w_in.grad)
+        torch.sum(g_state, dim=2, out=self.b_in.grad)
+        if self.query == "onehot":
+            self.w_query.grad.copy_(g_offsets.transpose(1, 2))
+        else:
+            torch.bmm(g_offsets.transpose(1, 2), self.w_query.transpose(1, 2), out=self.embed.grad)
+            torch.bmm(self.embed.transpose(1, 2), g_offsets.transpose(1, 2), out=self.w_query.grad)
 
 
 def query_bytes_per_cell(

@@ -9,9 +9,10 @@ from infoprobe.commands.argtypes import positive_int, seed_list
 from infoprobe.demo import DemoConfig, run_demo, separation
 
 DESCRIPTION = """\
-The toolkit's point in one run (about 3.5 minutes on an idle 2-core CPU): two models on the
+The toolkit's point in one run (under 5 minutes on a 2-core CPU): two models on the
 intrinsic-dimension task (D=2, T=16), one with (2,2) heads, which InfoFlow calls
-efficient, and one with (1,2), which it calls inefficient. Each is trained, cached,
+efficient, and one with (1,2), which it calls inefficient; it prints how much worse the
+one-head-short model is. Each is trained, cached,
 probed and measured by flow (each with a random-init control), predicted, compared and
 reported; index.html shows them side by side. Each layer's line leads with the flow AUROC
 against InfoFlow's sets (random-init control in brackets) and the decodability AUROC.

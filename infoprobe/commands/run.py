@@ -6,7 +6,7 @@ import argparse
 
 import torch
 
-from infoprobe.commands.argtypes import positive_int
+from infoprobe.commands.argtypes import positive_int, seed_list
 from infoprobe.commands.modelargs import (
     add_model_arguments,
     add_train_arguments,
@@ -48,9 +48,10 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--probe",
-        choices=("linear", "mlp"),
+        choices=("linear", "mlp", "query"),
         default=d.probe,
-        help="probe family for the position probes (default: %(default)s)",
+        help="probe family for the position probes: linear (ridge), mlp, or query (one "
+        "MLP per state, conditioned on the position: per-sample errors) (default: %(default)s)",
     )
     g.add_argument(
         "--cache-batch",
@@ -98,6 +99,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(p)
     add_train_arguments(p)
     add_analysis_arguments(p)
+    p.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        metavar="S1,S2,..",
+        help="train these seeds together as one batched ensemble (OUT/seeds/) and analyse "
+        "the one with the best validation NMSE (replaces --seed)",
+    )
     p.add_argument("--out", required=True, help="run folder")
     p.set_defaults(func=run)
 
@@ -112,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         model_config_from_args(args, task),
         train_config_from_args(args),
         run_settings_from_args(args),
+        seeds=args.seeds,
         overwrite=args.overwrite,
         progress=not args.quiet,
         log=print,

@@ -1,0 +1,238 @@
+"""The query-conditioned probe on the demo's workload vs the ridge pass and today's step.
+
+Workload: an activation cache of the demo's architecture (intrinsic-dim D = 2, T = 16,
+E = 32, heads (2, 2)) with N = 4096 samples and its random-init control:
+``infoprobe probe acts.h5 --probe query --control acts-random-init.h5``, i.e. three query
+fits (the probe, the shuffled control, the random-init control) of 51 cells (3 layers ×
+17 tokens) × 16 queried positions, hidden 64, up to 100 epochs, patience 10. Pass the
+demo's caches with ``--cache``/``--control``; without them an untrained model of the same
+architecture is cached (same shapes, but early stopping, and so the time, differs from
+a trained model).
+
+Measured in one run:
+
+- the ridge pass (``--probe linear``, same caches, median of 3) and the query probe
+  (wall and CPU time, once);
+- the query probe's arithmetic: matmul FLOPs per cell-sample-epoch (forward
+  ``2Eh + 2hkS``, training ``4Eh + 6hkS``) over the cell-epochs it trained, against a
+  float32 matmul peak (2048², best of 5) measured before and after; and its elementwise
+  floor, S·h GELUs and GELU gradients per cell-sample, timed on one core
+  (``gelu`` + ``gelu_backward`` on 2 MiB);
+- today's implementation (autograd through the previous forward, one optimiser group of
+  cells at a time on torch's intra-op threads) for ``--legacy-epochs`` epochs on
+  ``--legacy-cells`` cells of the probe's cache, and the new training step on the same
+  cells (alternating, medians of 3 rounds), with one intra-op thread (the step alone)
+  and with ``--threads`` (today's setting); today's time per cell-epoch with
+  ``--threads`` times the cell-epochs of the full run estimates today's time (a lower
+  bound: today's groups trained until their last cell stopped).
+
+    python bench/query_probe.py [--cache acts.h5 --control acts-random-init.h5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from cache_common import make_checkpoint, print_environment
+from ridge_workload import matmul_peak_gflops
+
+import infoprobe.probes.query as query_module
+from infoprobe.caching import cache_checkpoint
+from infoprobe.hooks import layer_sites, open_cache
+from infoprobe.probes.batched_training import (
+    BatchedProbes,
+    TrainingBudget,
+    train_with_early_stopping,
+)
+from infoprobe.probes.chunked_fit import Standardiser
+from infoprobe.probes.mlp import GeluReadout
+from infoprobe.probes.query import BatchedQueryMLP
+from infoprobe.probes.split import TRAIN, VAL, make_split
+from infoprobe.probing import ProbeSettings, probe_cache
+
+TARGET_S = 60.0
+
+
+class LegacyQueryMLP(BatchedQueryMLP):
+    """Today's query probe step: the previous forward, trained through autograd."""
+
+    train_step = BatchedProbes.train_step  # autograd, fresh tensors every step
+    eval_loss = BatchedProbes.eval_loss
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        state = torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2))
+        pre = state.unsqueeze(1) + self.query_offsets().unsqueeze(3)  # [c, S, h, b]
+        return GeluReadout.apply(pre, self.w_out.unsqueeze(1), self.b_out[:, None, :, None])
+
+
+def demo_caches(folder: Path, n: int) -> tuple[Path, Path]:
+    """Cache an untrained demo-architecture model and its random-init control."""
+    checkpoint = make_checkpoint(folder)
+    paths = folder / "acts.h5", folder / "acts-random-init.h5"
+    for path, seed in zip(paths, (None, 12_345), strict=True):
+        cache_checkpoint(
+            checkpoint, path, n=n, sites="residual", random_init_seed=seed, progress=False
+        )
+    return paths
+
+
+def load_states(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """States ``[n, C, E]`` (layer-major cells) and inputs ``x [n, T, d]`` of a cache."""
+    with open_cache(path) as cache:
+        sites = layer_sites(cache.n_blocks)
+        states = np.stack([cache.acts(s)[()] for s in sites], axis=1)
+        return states.reshape(len(states), -1, states.shape[-1]), cache.x[()]
+
+
+def step_times(states: np.ndarray, x: np.ndarray, args: argparse.Namespace) -> tuple:
+    """Seconds per cell-epoch of today's and the new step on the first ``legacy_cells``
+    cells, trained in this thread in today's groups of 2 cells for ``legacy_epochs``
+    epochs; the two alternate for 3 rounds (medians)."""
+    split = make_split(len(x))
+    train, val = np.flatnonzero(split == TRAIN), np.flatnonzero(split == VAL)
+    cells = states[:, : args.legacy_cells]
+    sx, sy = Standardiser.fit(cells[train], 0), Standardiser.fit(x[train], 0)
+    z = torch.tensor(np.moveaxis((cells - sx.mean) / sx.scale, 1, 0), dtype=torch.float32)
+    y = torch.tensor((x - sy.mean) / sy.scale, dtype=torch.float32)
+    epochs = args.legacy_epochs
+    budget = TrainingBudget(epochs=epochs, patience=epochs)  # no early stop: fixed work
+    times: dict[type, list[float]] = {LegacyQueryMLP: [], BatchedQueryMLP: []}
+    for _ in range(3):
+        for module_cls, record in times.items():
+            for first in range(0, args.legacy_cells, 2):
+                group = range(first, min(first + 2, args.legacy_cells))
+                module = module_cls(group, x.shape[1], states.shape[2], 64, x.shape[2])
+                start = time.perf_counter()
+                train_with_early_stopping(
+                    module, z[group][:, train], y[train], z[group][:, val], y[val], budget,
+                    eval_batch=budget.batch_size, progress=False,
+                )  # fmt: skip
+                record.append((time.perf_counter() - start) / (len(group) * epochs))
+    return statistics.median(times[LegacyQueryMLP]), statistics.median(times[BatchedQueryMLP])
+
+
+def gelu_ns_per_element() -> float:
+    """One core's time for ``gelu`` + ``gelu_backward`` per element (2 MiB, best of 20)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    pre, out = torch.randn(2**19), torch.empty(2**19)
+    best = float("inf")
+    for _ in range(20):
+        start = time.perf_counter()
+        torch.ops.aten.gelu.out(pre, out=out)
+        torch.ops.aten.gelu_backward.grad_input(out, pre, grad_input=out)
+        best = min(best, time.perf_counter() - start)
+    torch.set_num_threads(before)
+    return best / pre.numel() * 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, help="the demo's acts.h5 (default: build one)")
+    parser.add_argument("--control", type=Path, help="its random-init control cache")
+    parser.add_argument("--n", type=int, default=4096, help="samples when building caches")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--legacy-cells", type=int, default=4)
+    parser.add_argument("--legacy-epochs", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print_environment()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.cache is None:
+            args.cache, args.control = demo_caches(Path(tmp), args.n)
+            print("workload: untrained demo-architecture model (pass --cache for the demo's)")
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    states, x = load_states(args.cache)
+    n, C, E = states.shape
+    _, S, k = x.shape
+    h, settings = 64, ProbeSettings(probe="query")
+    print(
+        f"workload: {args.cache}, n={n}, {C} cells, E={E}, S={S}, k={k}, hidden {h}, "
+        f"up to {settings.mlp_epochs} epochs, patience {settings.mlp_patience}; "
+        f"{torch.get_num_threads()} torch threads"
+    )
+    peak = matmul_peak_gflops()
+    gelu_ns = gelu_ns_per_element()
+
+    def ridge() -> None:
+        probe_cache(args.cache, control_path=args.control, progress=False)
+
+    ridge()
+    ridge_times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        ridge()
+        ridge_times.append(time.perf_counter() - start)
+    t_ridge = statistics.median(ridge_times)
+
+    fits = []  # record every query fit of the run (probe, shuffled, random-init)
+    original = query_module.fit_query_probe
+
+    def recording(*a, **kw):
+        fits.append(original(*a, **kw))
+        return fits[-1]
+
+    query_module.fit_query_probe = recording
+    wall, cpu = time.perf_counter(), time.process_time()
+    probe_cache(args.cache, control_path=args.control, settings=settings, progress=False)
+    t_query, cpu_query = time.perf_counter() - wall, time.process_time() - cpu
+    query_module.fit_query_probe = original
+    peak = max(peak, matmul_peak_gflops())
+
+    split = make_split(n)
+    n_train, n_val = int((split == TRAIN).sum()), int((split == VAL).sum())
+    patience, epochs = settings.mlp_patience, settings.mlp_epochs
+    trained = [np.minimum(f.best_epoch + patience + 1, epochs) for f in fits]  # per cell
+    cell_epochs = int(sum(t.sum() for t in trained))
+    flop = cell_epochs * (
+        n_train * (4 * E * h + 6 * h * k * S) + n_val * (2 * E * h + 2 * h * k * S)
+    )
+    gelu_floor = cell_epochs * n_train * S * h * gelu_ns * 1e-9 / args.threads
+    for name, t in zip(("probe", "shuffled", "random-init"), trained, strict=True):
+        print(
+            f"  {name}: a cell trained {t.mean():.1f} epochs on average "
+            f"(min {t.min()}, max {t.max()})"
+        )
+    print(f"ridge pass (linear probes + controls, same caches): {t_ridge:.2f} s (median of 3)")
+    print(f"query probe: {t_query:.1f} s wall, {cpu_query:.1f} s CPU, {cell_epochs} cell-epochs")
+    print(
+        f"matmul FLOPs {flop / 1e9:.0f} GFLOP -> {flop / t_query / 1e9:.1f} GFLOP/s; float32 "
+        f"matmul peak {peak:.0f} GFLOP/s: efficiency {flop / t_query / 1e9 / peak:.3f}"
+    )
+    print(
+        f"elementwise floor: S·h = {S * h} GELUs + gradients per cell-sample at {gelu_ns:.2f} "
+        f"ns/element/core = {gelu_floor:.1f} s on {args.threads} cores "
+        f"({gelu_floor / t_query:.2f} of the query probe's time)"
+    )
+
+    for threads in (1, args.threads):  # one core: the step alone; then today's setting
+        torch.set_num_threads(threads)
+        t_old, t_new = step_times(states, x, args)
+        print(
+            f"training step, {args.legacy_cells} cells × {args.legacy_epochs} epochs, "
+            f"{threads} intra-op thread(s): today's {t_old * 1e3:.1f} ms, new "
+            f"{t_new * 1e3:.1f} ms per cell-epoch ({t_old / t_new:.1f}x)"
+        )
+    t_today = t_old * cell_epochs
+    print(
+        f"today's implementation, estimated: {t_old * 1e3:.1f} ms × {cell_epochs} cell-epochs "
+        f"= {t_today:.0f} s"
+    )
+    print(
+        f"query probe / ridge pass: {t_query / t_ridge:.0f}x; "
+        f"query probe {t_query:.1f} s (target <= {TARGET_S:g} s on the idle 2-core machine)"
+    )
+    print(f"ratio: {t_today / t_query:.1f}x (today's implementation / query probe)")
+
+
+if __name__ == "__main__":
+    main()
