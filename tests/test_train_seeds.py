@@ -139,3 +139,15 @@ def test_kill_9_mid_ensemble_then_rerun(tmp_path):
         a, b = weights(out / f"seed-{seed}"), weights(tmp_path / "ref" / f"seed-{seed}")
         torch.testing.assert_close(a, b, atol=1e-9, rtol=0)
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_foreign_folder_is_never_replaced_even_with_overwrite(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    code = main([*ARGS, "--seeds", "0,1", "--overwrite", "--out", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an infoprobe seeds folder" in err[0]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "keep me"
