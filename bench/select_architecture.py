@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from infoprobe.reproduce.backends import LocalBackend
@@ -47,12 +48,13 @@ VARIANTS = {
 
 
 def grid_point(name: str, overrides: dict) -> GridPoint:
+    problem = task("intrinsic-dim", T=16, D=2, d=4)
     return GridPoint(
         label=f"(2,2) D=2 {name}",
         series=name,
         coords={"D": 2, "T": 16},
-        task=task("intrinsic-dim", T=16, D=2, d=4),
-        model={**arch(32, (2, 2)), **overrides},
+        task=problem,
+        model=replace(arch(problem, 32, (2, 2)), **overrides),
         train=QUICK_TRAIN,
     )
 

@@ -114,7 +114,7 @@ def test_time_ensemble_runs_real_steps():
     group = CLAIMS["triangle"].runs(prof)
     t = timing_module.time_ensemble(group, steps=2)
     assert t.members == 2 and t.step_seconds > 0 and t.eval_seconds > 0
-    assert t.compile_seconds == 0.0 and t.steps == prof.points[0].train["steps"]
+    assert t.compile_seconds == 0.0 and t.steps == prof.points[0].train.steps
 
 
 def test_time_point_runs_real_steps_and_leaves_global_threads_alone():
@@ -125,7 +125,7 @@ def test_time_point_runs_real_steps_and_leaves_global_threads_alone():
     t = time_point(point, threads=1, steps=2)
     assert torch.get_num_threads() == before
     assert t.step_seconds > 0 and t.eval_seconds > 0
-    assert t.steps == point.train["steps"] and t.label == point.label
+    assert t.steps == point.train.steps and t.label == point.label
 
 
 def test_format_duration_units():

@@ -49,7 +49,7 @@ task (pip install 'infoprobe[ray]'); records come back to this machine.
 
 Exit status: 0; 1 if a run failed, or an acceptance check of the profile failed or
 could not be measured ([n/a]: nothing to compare) (thresholds fixed in
-infoprobe/reproduce/claims.py before any run); 2 on bad input.
+infoprobe/reproduce/claims/ before any run); 2 on bad input.
 """
 
 

@@ -1,7 +1,8 @@
 """Figures of a claim's results. Every builder takes the ``results.json`` dict and returns a
 matplotlib ``Figure`` (built without pyplot; never shown).
 
-Builders (the ``kind`` of a claim's :class:`~infoprobe.reproduce.grid.FigureSpec`):
+Builders (the ``kind`` of a claim's :class:`~infoprobe.reproduce.grid.FigureSpec`, whose
+other fields are ``nmse_vs``'s options):
 ``nmse_vs`` (NMSE against a coordinate, one line per series: best over seeds, dots for
 every seed), ``cls_attention`` (bar chart of CLS attention per key position),
 ``cls_probe`` (probe R² at CLS per position with its controls) and ``role_ratios``
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from infoprobe.reproduce.grid import Claim, ReproduceError
+from infoprobe.reproduce.grid import Claim, FigureKind, ReproduceError
 
 Results = Mapping[str, Any]
 
@@ -193,7 +194,7 @@ def role_ratios(results: Results) -> Figure:
     return fig
 
 
-BUILDERS: dict[str, Callable[..., Figure]] = {
+BUILDERS: dict[FigureKind, Callable[..., Figure]] = {
     "nmse_vs": nmse_vs,
     "cls_attention": cls_attention,
     "cls_probe": cls_probe,
@@ -207,5 +208,5 @@ def claim_figures(claim: Claim, results: Results) -> dict[str, tuple[Figure, str
     for spec in claim.figures:
         if spec.kind not in BUILDERS:
             raise ReproduceError(f"claim {claim.name}: unknown figure kind {spec.kind!r}")
-        out[spec.name] = (BUILDERS[spec.kind](results, **spec.options), spec.caption)
+        out[spec.name] = (BUILDERS[spec.kind](results, **spec.options()), spec.caption)
     return out

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, get_args
 
 from infoprobe.ensemble import SHARED_FIELDS, shape_of
 from infoprobe.jsonable import json_sha256
 from infoprobe.model import ModelConfig
-from infoprobe.tasks import Task, task_from_dict
+from infoprobe.tasks import Task
 from infoprobe.train import TrainConfig
 
 
@@ -34,10 +34,10 @@ class GridPoint:
         label: row name in tables and legends, e.g. ``"(1,2) D=2"``.
         series: the line it belongs to in figures, e.g. ``"(D-1,D)"``.
         coords: its coordinates on the figures' x axes, e.g. ``{"D": 2, "T": 16}``.
-        task: task spec ``{"name": ..., "params": {...}}`` (``task_from_dict``).
-        model: :class:`ModelConfig` fields except ``d_in``, ``n_ctx``, ``d_out`` (read
-            from the task).
-        train: :class:`TrainConfig` fields except :data:`EXECUTION_FIELDS`.
+        task: the task (its own parameters drawn from ``task.seed``).
+        model: the architecture; ``d_in``, ``n_ctx`` and ``d_out`` must be the task's.
+        train: the training settings; its :data:`EXECUTION_FIELDS` (seed, device,
+            compile) are replaced by each run's.
         analyses: analysis name → its parameters, run on the trained model after training
             (see :mod:`infoprobe.reproduce.analyses`).
         seeds: this point's number of seeds where it differs from its profile's (None:
@@ -47,33 +47,55 @@ class GridPoint:
     label: str
     series: str
     coords: Mapping[str, Any]
-    task: Mapping[str, Any]
-    model: Mapping[str, Any]
-    train: Mapping[str, Any]
+    task: Task
+    model: ModelConfig
+    train: TrainConfig
     analyses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     seeds: int | None = None
 
+    def __post_init__(self) -> None:
+        for name, cls in (("task", Task), ("model", ModelConfig), ("train", TrainConfig)):
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise ReproduceError(
+                    f"grid point {self.label!r}: field {name} must be a {cls.__name__}, "
+                    f"got {type(value).__name__}"
+                )
+        run_fields = {name: getattr(self.train, name) for name in EXECUTION_FIELDS}
+        if run_fields != EXECUTION_DEFAULTS:
+            raise ReproduceError(
+                f"grid point {self.label!r}: train fields {list(EXECUTION_FIELDS)} are set "
+                f"per run; expected {EXECUTION_DEFAULTS}, got {run_fields}"
+            )
+        for name, expected, actual in (
+            ("n_ctx", self.task.T, self.model.n_ctx),
+            ("d_in", self.task.d, self.model.d_in),
+            ("d_out", self.task.d_out, self.model.d_out),
+        ):
+            if expected != actual:
+                raise ReproduceError(
+                    f"grid point {self.label!r}: model.{name} is {actual} but task "
+                    f"{self.task.name} needs {expected}"
+                )
+
     def build_task(self) -> Task:
-        return task_from_dict(self.task)
+        return self.task
 
     def model_config(self) -> ModelConfig:
-        """The full model config: the task fixes d_in = d, n_ctx = T and d_out."""
-        task = self.build_task()
-        return ModelConfig.from_dict(
-            {**self.model, "d_in": task.d, "n_ctx": task.T, "d_out": task.d_out}
-        )
+        """The full model config (d_in = d, n_ctx = T and d_out are the task's)."""
+        return self.model
 
     def train_config(self, seed: int, device: str = "cpu", compile: bool = False) -> TrainConfig:
-        return TrainConfig(**{**self.train, "seed": seed, "device": device, "compile": compile})
+        return replace(self.train, seed=seed, device=device, compile=compile)
 
     def spec(self) -> dict[str, Any]:
-        """Everything that determines the trained models (JSON-ready)."""
+        """Everything that determines the trained models (JSON-ready): ``task``, ``model``
+        and ``train`` as their ``to_dict()`` (train without :data:`EXECUTION_FIELDS`) and
+        ``analyses`` sorted by name. Run records store it under ``config``."""
         return {
-            "task": self.build_task().to_dict(),
-            "model": self.model_config().to_dict(),
-            "train": {
-                k: v for k, v in self.train_config(0).to_dict().items() if k not in EXECUTION_FIELDS
-            },
+            "task": self.task.to_dict(),
+            "model": self.model.to_dict(),
+            "train": {k: v for k, v in self.train.to_dict().items() if k not in EXECUTION_FIELDS},
             "analyses": {k: dict(v) for k, v in sorted(self.analyses.items())},
         }
 
@@ -92,7 +114,14 @@ class GridPoint:
         return f"{slug}-{digest[:10]}"
 
     def with_train(self, **overrides: Any) -> GridPoint:
-        return replace(self, train={**self.train, **overrides})
+        """A copy with these :class:`TrainConfig` fields replaced."""
+        valid = [f.name for f in fields(TrainConfig)]
+        unknown = sorted(set(overrides) - set(valid))
+        if unknown:
+            raise ReproduceError(
+                f"grid point {self.label!r}: unknown training field(s) {unknown}; valid: {valid}"
+            )
+        return replace(self, train=replace(self.train, **overrides))
 
     def with_analysis_params(self, **overrides: Any) -> GridPoint:
         return replace(
@@ -102,6 +131,8 @@ class GridPoint:
 
 EXECUTION_FIELDS = ("seed", "device", "compile")
 """TrainConfig fields that say how or with which seed a grid point runs, not what it is."""
+EXECUTION_DEFAULTS = {name: getattr(TrainConfig(), name) for name in EXECUTION_FIELDS}
+"""Their values in a grid point's ``train`` (each run replaces them)."""
 
 # (part of spec, task name or None for any, field) -> the value runs recorded before the
 # field existed implicitly had.
@@ -174,15 +205,75 @@ class Profile:
         return replace(self, points=chosen, seeds=self.seeds if seeds is None else seeds)
 
 
+FigureKind = Literal["nmse_vs", "cls_attention", "cls_probe", "role_ratios"]
+"""The figure builders of :mod:`infoprobe.reproduce.figures`."""
+Annotation = Literal["comparison_number", "exponent"]
+"""What :func:`infoprobe.reproduce.figures.nmse_vs` adds: InfoFlow's comparison number
+to the x tick labels, or each series' exponent alpha(T) to the legend."""
+
+
 @dataclass(frozen=True)
 class FigureSpec:
-    """One figure of a claim: ``kind`` names a builder in :mod:`infoprobe.reproduce.figures`
-    and ``options`` are its keyword arguments."""
+    """One figure of a claim: which builder draws it, its caption and the builder's options.
+
+    ``x``, ``log``, ``where``, ``series_by`` and ``annotate`` are the options of ``kind``
+    ``"nmse_vs"`` (NMSE against coordinate ``x``, or ``"n_params"``; log scale; only the
+    grid points whose coords match ``where``; one line per value of coordinate
+    ``series_by`` instead of per series); the other kinds take none.
+
+    Attributes:
+        name: file name of the PNG (without ``.png``), e.g. ``"nmse_vs_T"``.
+        kind: the builder (:data:`FigureKind`).
+        caption: what the figure shows, printed under it in the report.
+    """
 
     name: str
-    kind: str
+    kind: FigureKind
     caption: str
-    options: Mapping[str, Any] = field(default_factory=dict)
+    x: str | None = None
+    log: bool = True
+    where: Mapping[str, Any] = field(default_factory=dict)
+    series_by: str | None = None
+    annotate: Annotation | None = None
+
+    def __post_init__(self) -> None:
+        where = f"figure {self.name!r}"
+        if self.kind not in get_args(FigureKind):
+            raise ReproduceError(
+                f"{where}: kind must be one of {get_args(FigureKind)}, got {self.kind!r}"
+            )
+        if self.annotate is not None and self.annotate not in get_args(Annotation):
+            raise ReproduceError(
+                f"{where}: annotate must be None or one of {get_args(Annotation)}, "
+                f"got {self.annotate!r}"
+            )
+        if self.kind == "nmse_vs" and not self.x:
+            raise ReproduceError(f"{where}: kind 'nmse_vs' needs x (a coordinate or 'n_params')")
+        changed = [name for name, v in NMSE_VS_DEFAULTS.items() if getattr(self, name) != v]
+        if self.kind != "nmse_vs" and changed:
+            raise ReproduceError(f"{where}: kind {self.kind!r} takes no options, got {changed}")
+
+    def options(self) -> dict[str, Any]:
+        """The builder's keyword arguments (none but for ``nmse_vs``)."""
+        if self.kind != "nmse_vs":
+            return {}
+        return {
+            "x": self.x,
+            "log": self.log,
+            "where": dict(self.where) or None,
+            "series_by": self.series_by,
+            "annotate": self.annotate,
+        }
+
+
+NMSE_VS_DEFAULTS: dict[str, Any] = {
+    "x": None,
+    "log": True,
+    "where": {},
+    "series_by": None,
+    "annotate": None,
+}
+"""The options of :class:`FigureSpec` that only ``nmse_vs`` reads, at their defaults."""
 
 
 @dataclass(frozen=True)
