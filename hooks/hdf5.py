@@ -1,18 +1,55 @@
-"""Small HDF5 helpers shared by every self-describing file infoprobe writes.
+"""Small helpers shared by every self-describing file infoprobe writes.
 
-Opening with one clear error per failure (missing, not HDF5, damaged, locked), the root
-``format`` / ``schema_version`` check, attribute values as plain Python, and the field
-paths at which two JSON values differ. The activation cache uses them, and so do the
-hub's other HDF5 files (influence files), so every file fails the same way.
+Opening with one clear error per failure (missing, not HDF5, damaged, locked), the file
+header (docs/conventions.md, "File headers": root attributes ``format``,
+``schema_version``, ``created``, ``infoprobe_version``, ``axes``; every dataset's axes as
+an ``axes`` attribute and HDF5 dimension labels) and its check, attribute values as plain
+Python, the temporary name an output is written under, and the field paths at which two
+JSON values differ. The activation cache uses them, and so does the hub (influence files,
+run folders), so every file fails the same way.
+
+This is the ``infoprobe.hooks`` leaf's own small header and temp-name helper: a leaf
+imports nothing from the hub, so the hub keeps its own (``infoprobe.header``,
+``infoprobe.atomic.temp_name``), which write the same fields and the same names.
+``json_differences`` has no copy: the hub imports it from here.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
+
+
+def utc_now() -> str:
+    """The current time as ISO 8601 UTC to the second (the header's ``created``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def axes_of(*axes: Iterable[str]) -> list[str]:
+    """Every axis name of ``axes`` (one list per dataset), in order of first appearance:
+    the root attribute ``axes``."""
+    return list(dict.fromkeys(name for names in axes for name in names))
+
+
+def label_axes(dataset: h5py.Dataset, axes: Iterable[str]) -> None:
+    """Name the axes of a dataset: its ``axes`` attribute and its dimension labels."""
+    names = list(axes)
+    if len(names) != dataset.ndim:
+        raise ValueError(f"{dataset.name}: {len(names)} axis names {names} for {dataset.ndim} axes")
+    dataset.attrs["axes"] = names
+    for i, name in enumerate(names):
+        dataset.dims[i].label = name
+
+
+def temp_name(path: Path) -> Path:
+    """``NAME.tmp-<pid>`` beside ``path``: where an output is written before its rename."""
+    return path.with_name(f"{path.name}.tmp-{os.getpid()}")
 
 
 def plain_attr(value: Any) -> Any:
@@ -67,30 +104,40 @@ def check_format(
     what: str,
     not_ours: type[Exception],
     newer: type[Exception],
-) -> None:
-    """Refuse a file whose root ``format`` is not ``fmt`` (``not_ours``) or whose
-    ``schema_version`` is not an int at most ``schema_version`` (``newer``)."""
+    oldest: int = 1,
+) -> int:
+    """Refuse a file whose root ``format`` is not ``fmt`` (``not_ours``), whose
+    ``schema_version`` is newer than ``schema_version`` (``newer``) or not an integer of at
+    least ``oldest`` (``not_ours``); return the version."""
     found = plain_attr(f.attrs.get("format"))
     if found != fmt:
         raise not_ours(
             f"{path} is not {what}: root attribute 'format' is {found!r}, expected {fmt!r}"
         )
     version = plain_attr(f.attrs.get("schema_version"))
-    if not isinstance(version, int) or version > schema_version:
-        raise newer(
-            f"{path}: attribute 'schema_version' is {version!r}, this infoprobe reads "
-            f"schema <= {schema_version}; upgrade infoprobe to read it"
+    is_int = isinstance(version, int) and not isinstance(version, bool)
+    if not is_int or not oldest <= version <= schema_version:
+        error = newer if is_int and version > schema_version else not_ours
+        hint = "upgrade infoprobe to read it" if error is newer else "the file is damaged"
+        raise error(
+            f"{path}: root attribute 'schema_version' is {version!r}, expected an integer in "
+            f"{oldest}..{schema_version} (this infoprobe writes {schema_version}); {hint}"
         )
+    return version
 
 
-def json_differences(old: Any, new: Any, where: str) -> list[str]:
-    """Paths (``where.a.b``) at which two JSON values differ, with both values."""
+def json_differences(old: Any, new: Any, where: str = "") -> list[str]:
+    """Paths (``where.a.b``; ``a.b`` without ``where``) at which two JSON values differ,
+    with both values: ``"where.a.b: file has 1, this run has 2"`` (``<absent>`` for a key
+    one side lacks). The one JSON diff of infoprobe: the hub imports it from here."""
     if isinstance(old, dict) and isinstance(new, dict):
         return [
             line
             for key in sorted(set(old) | set(new))
             for line in json_differences(
-                old.get(key, "<absent>"), new.get(key, "<absent>"), f"{where}.{key}"
+                old.get(key, "<absent>"),
+                new.get(key, "<absent>"),
+                f"{where}.{key}" if where else str(key),
             )
         ]
     return [] if old == new else [f"{where}: file has {old!r}, this run has {new!r}"]

@@ -3,6 +3,7 @@
 ``open_cache(path)`` checks the file before handing anything out: not an infoprobe
 cache, a newer schema, a damaged (truncated) file and an unfinished one (``n_committed``
 < N) each raise their own :class:`~infoprobe.hooks.errors.CacheError` saying exactly that.
+Schema 1 caches are read too: their ``created_utc`` is served as ``created``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from infoprobe.hooks.hdf5 import check_format, open_hdf5, plain_attr
 from infoprobe.hooks.schema import (
     FORMAT,
     JSON_ATTRS,
+    OLDEST_READABLE,
     SCHEMA_VERSION,
     STORAGE_DTYPES,
     X_PATH,
@@ -42,7 +44,7 @@ from infoprobe.hooks.schema import (
 REQUIRED_ATTRS = (
     "schema_version",
     "infoprobe_version",
-    "created_utc",
+    "created",
     "n",
     "batch_size",
     "n_committed",
@@ -119,19 +121,22 @@ def validate_header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[st
         TruncatedCacheError: attributes or datasets missing, or datasets shorter than N.
         IncompleteCacheError: ``n_committed`` < N and ``allow_incomplete`` is false.
     """
-    check_format(
+    version = check_format(
         f,
         path,
         fmt=FORMAT,
         schema_version=SCHEMA_VERSION,
+        oldest=OLDEST_READABLE,
         what="an infoprobe activation cache",
         not_ours=NotACacheError,
         newer=NewerSchemaError,
     )
-    missing = [key for key in REQUIRED_ATTRS if key not in f.attrs]
+    header = {key: plain_attr(value) for key, value in f.attrs.items()}
+    if version == 1 and "created_utc" in header:  # schema 1 named it created_utc
+        header["created"] = header.pop("created_utc")
+    missing = [key for key in REQUIRED_ATTRS if key not in header]
     if missing:
         raise TruncatedCacheError(f"{path}: root attribute(s) {missing} missing")
-    header = {key: plain_attr(value) for key, value in f.attrs.items()}
     check_attributes(header, path)
     n = header["n"]
     for name in (X_PATH, Y_PATH, *(acts_path(h) for h in header["hook_names"])):
@@ -208,7 +213,7 @@ class CacheFile:
     """A read-only activation cache; datasets are read lazily from disk.
 
     Shapes: ``x`` [N, T, d_in], ``y`` [N, d_out], ``acts(name)`` [N, ...] with the
-    dataset's ``axes`` attribute naming the axes (residual: sample, pos, d_model).
+    dataset's ``axes`` attribute naming the axes (residual: sample, token, d_model).
     Use as a context manager or call :meth:`close`.
     """
 
@@ -289,7 +294,7 @@ class CacheFile:
         return self._file[acts_path(name)]
 
     def axes(self, name: str) -> tuple[str, ...]:
-        """Axis names of a site's dataset, e.g. ``("sample", "pos", "d_model")``."""
+        """Axis names of a site's dataset, e.g. ``("sample", "token", "d_model")``."""
         return tuple(plain_attr(self.acts(name).attrs["axes"]))
 
     def resolve(self, key: str | tuple) -> str:

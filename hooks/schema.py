@@ -1,9 +1,14 @@
 """The on-disk layout of an activation cache (docs/cache-format.md is the contract).
 
-One HDF5 file: root attributes for provenance and the commit cursor, ``/inputs/x``,
-``/targets/y`` and one ``/acts/<hook name>`` dataset per site, every dataset ``[N, ...]``
-with an ``axes`` attribute. Chunks hold whole samples (the probes read many samples of
-one site) and are sized by :func:`chunk_rows`.
+One HDF5 file: the header (docs/conventions.md, "File headers") and root attributes for
+provenance and the commit cursor, ``/inputs/x``, ``/targets/y`` and one
+``/acts/<hook name>`` dataset per site, every dataset ``[N, ...]`` with an ``axes``
+attribute and labelled dimensions. Chunks hold whole samples (the probes read many
+samples of one site) and are sized by :func:`chunk_rows`.
+
+Schema 2 (this version) has the common header (``created``, root ``axes``) and the axis
+names ``token`` / ``position``; schema 1 files (``created_utc``, axis name ``pos``) are
+still read (:data:`OLDEST_READABLE`), but never resumed: a resume refuses them.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from typing import Any
 import numpy as np
 
 FORMAT = "infoprobe.activation-cache"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+OLDEST_READABLE = 1
+"""Oldest schema the reader accepts (schema 1 differs only in header and axis names)."""
 X_PATH, Y_PATH, ACTS_GROUP = "inputs/x", "targets/y", "acts"
-X_AXES, Y_AXES = ("sample", "pos", "d_in"), ("sample", "out")
+X_AXES, Y_AXES = ("sample", "position", "d_in"), ("sample", "d_out")
 STORAGE_DTYPES = ("float32", "float16")
 
 CHUNK_TARGET_BYTES = 1 << 20

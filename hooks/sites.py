@@ -41,29 +41,29 @@ the project's layer convention. ``all``: every hook point of the model.
 
 REGEX_PREFIX = "re:"
 
-_POS_MODEL = ("sample", "pos", "d_model")
-_POS_HEAD = ("sample", "pos", "head", "d_head")
+_TOKEN_MODEL = ("sample", "token", "d_model")
+_TOKEN_HEAD = ("sample", "token", "head", "d_head")
 _HEAD_QK = ("sample", "head", "query", "key")
 AXES_BY_HOOK: dict[str, tuple[str, ...]] = {
-    "hook_embed": _POS_MODEL,
-    "hook_pos_embed": _POS_MODEL,
-    "hook_resid_pre": _POS_MODEL,
-    "hook_resid_mid": _POS_MODEL,
-    "hook_resid_post": _POS_MODEL,
-    "hook_attn_out": _POS_MODEL,
-    "hook_mlp_out": _POS_MODEL,
-    "hook_normalized": _POS_MODEL,
-    "hook_scale": ("sample", "pos", "one"),
-    "hook_q": _POS_HEAD,
-    "hook_k": _POS_HEAD,
-    "hook_v": _POS_HEAD,
-    "hook_z": _POS_HEAD,
-    "hook_result": ("sample", "pos", "head", "d_model"),
+    "hook_embed": _TOKEN_MODEL,
+    "hook_pos_embed": _TOKEN_MODEL,
+    "hook_resid_pre": _TOKEN_MODEL,
+    "hook_resid_mid": _TOKEN_MODEL,
+    "hook_resid_post": _TOKEN_MODEL,
+    "hook_attn_out": _TOKEN_MODEL,
+    "hook_mlp_out": _TOKEN_MODEL,
+    "hook_normalized": _TOKEN_MODEL,
+    "hook_scale": ("sample", "token", "one"),
+    "hook_q": _TOKEN_HEAD,
+    "hook_k": _TOKEN_HEAD,
+    "hook_v": _TOKEN_HEAD,
+    "hook_z": _TOKEN_HEAD,
+    "hook_result": ("sample", "token", "head", "d_model"),
     "hook_attn_scores": _HEAD_QK,
     "hook_pattern": _HEAD_QK,
-    "hook_pre": ("sample", "pos", "d_mlp"),
-    "hook_mid": ("sample", "pos", "d_mlp"),
-    "hook_post": ("sample", "pos", "d_mlp"),
+    "hook_pre": ("sample", "token", "d_mlp"),
+    "hook_mid": ("sample", "token", "d_mlp"),
+    "hook_post": ("sample", "token", "d_mlp"),
 }
 """Last component of a TransformerLens hook name → the axis names of its activation."""
 
@@ -102,7 +102,7 @@ def count_blocks(hook_names: Iterable[str]) -> int:
 def axis_names(name: str, ndim: int) -> tuple[str, ...]:
     """Axis names of the activation at hook ``name`` with ``ndim`` axes (batch included).
 
-    Known TransformerLens hooks get their documented axes (resid: sample, pos, d_model;
+    Known TransformerLens hooks get their documented axes (resid: sample, token, d_model;
     pattern: sample, head, query, key; ...); anything else ``("sample", "dim_1", ...)``.
     """
     known = AXES_BY_HOOK.get(name.rsplit(".", 1)[-1])

@@ -38,7 +38,15 @@ from infoprobe.hooks.errors import (
     ProvenanceMismatchError,
     TruncatedCacheError,
 )
-from infoprobe.hooks.hdf5 import is_hdf5_file, json_differences, plain_attr
+from infoprobe.hooks.hdf5 import (
+    axes_of,
+    is_hdf5_file,
+    json_differences,
+    label_axes,
+    plain_attr,
+    temp_name,
+    utc_now,
+)
 from infoprobe.hooks.reader import read_header
 from infoprobe.hooks.schema import (
     FORMAT,
@@ -169,11 +177,12 @@ def plan_cache(
 
 def _header_attrs(plan: CachePlan, provenance: Mapping[str, Any]) -> dict[str, Any]:
     checkpoint = provenance.get("checkpoint_sha256") or ""
-    return {
+    return {  # the header first (docs/conventions.md), then the cache's own attributes
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
+        "created": utc_now(),
         "infoprobe_version": package_version(),
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "axes": axes_of(*(d.axes for d in plan.datasets)),
         "n": plan.n,
         "batch_size": plan.batch_size,
         "n_committed": 0,
@@ -189,7 +198,7 @@ def _header_attrs(plan: CachePlan, provenance: Mapping[str, Any]) -> dict[str, A
 
 def _create(path: Path, plan: CachePlan, attrs: Mapping[str, Any]) -> None:
     """Create the whole file (datasets allocated, cursor 0) under a temp name, then rename."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp = temp_name(path)
     try:
         with h5py.File(tmp, "w") as f:
             for key, value in attrs.items():
@@ -207,7 +216,7 @@ def _create(path: Path, plan: CachePlan, attrs: Mapping[str, Any]) -> None:
                     fill_time="never",
                     track_times=False,
                 )
-                ds.attrs["axes"] = list(d.axes)
+                label_axes(ds, d.axes)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

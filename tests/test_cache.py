@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -191,7 +192,8 @@ def test_plain_h5py_finds_everything_the_format_doc_promises(reference):
             "format",
             "schema_version",
             "infoprobe_version",
-            "created_utc",
+            "created",
+            "axes",
             "n",
             "batch_size",
             "n_committed",
@@ -205,7 +207,8 @@ def test_plain_h5py_finds_everything_the_format_doc_promises(reference):
         ):
             assert key in attrs, key
         assert attrs["format"] == "infoprobe.activation-cache"
-        assert attrs["schema_version"] == 1 and attrs["n_committed"] == attrs["n"] == N
+        assert attrs["schema_version"] == 2 and attrs["n_committed"] == attrs["n"] == N
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", attrs["created"])
         assert attrs["checkpoint_sha256"] == "ab" * 32
         assert json.loads(attrs["model_config_json"]) == CFG
         assert json.loads(attrs["data_spec_json"]) == provenance()["data_spec"]
@@ -213,8 +216,13 @@ def test_plain_h5py_finds_everything_the_format_doc_promises(reference):
         assert attrs["n_blocks"] == 2
         names = [str(h) for h in attrs["hook_names"]]
         assert f["inputs/x"].shape == (N, CFG["n_ctx"], CFG["d_in"])
-        assert list(f["inputs/x"].attrs["axes"]) == ["sample", "pos", "d_in"]
-        assert list(f["targets/y"].attrs["axes"]) == ["sample", "out"]
+        assert list(f["inputs/x"].attrs["axes"]) == ["sample", "position", "d_in"]
+        assert list(f["targets/y"].attrs["axes"]) == ["sample", "d_out"]
+        assert list(f["acts/blocks.0.hook_resid_post"].attrs["axes"]) == [
+            "sample",
+            "token",
+            "d_model",
+        ]
         assert set(f["acts"]) == set(names)
         for name in names:
             ds = f["acts"][name]

@@ -146,8 +146,11 @@ def test_plan_reports_sizes_before_writing(checkpoint, tmp_path):
 
 
 def test_cli_usage_errors(checkpoint, tmp_path, capsys):
-    assert main(["cache", "info"]) == 2
-    assert "needs the cache FILE" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # argparse: the subcommand needs its FILE
+        main(["cache", "info"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "infoprobe cache info: error:" in err and "FILE" in err
     assert main(["cache", str(checkpoint), "--n", "8"]) == 2
     assert "--out" in capsys.readouterr().err
     assert main(["cache", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a.h5")]) == 2

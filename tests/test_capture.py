@@ -152,8 +152,8 @@ def test_axis_names_match_the_captured_tensors():
         axes = axis_names(name, tensor.ndim)
         assert len(axes) == tensor.ndim and axes[0] == "sample"
     assert axis_names("blocks.0.attn.hook_pattern", 4) == ("sample", "head", "query", "key")
-    assert axis_names("blocks.0.attn.hook_z", 4) == ("sample", "pos", "head", "d_head")
-    assert axis_names("blocks.0.hook_resid_post", 3) == ("sample", "pos", "d_model")
+    assert axis_names("blocks.0.attn.hook_z", 4) == ("sample", "token", "head", "d_head")
+    assert axis_names("blocks.0.hook_resid_post", 3) == ("sample", "token", "d_model")
     assert axis_names("blocks.0.custom.hook_thing", 3) == ("sample", "dim_1", "dim_2")
 
 

@@ -1,7 +1,7 @@
 """``infoprobe cache``: capture a checkpoint's activations at every layer into HDF5.
 
-Two forms: ``infoprobe cache CHECKPOINT --out FILE ...`` writes (or resumes) a cache;
-``infoprobe cache info FILE`` prints a cache's contents and provenance.
+Two forms: ``infoprobe cache CHECKPOINT --out FILE ...`` writes (or resumes) a cache; the
+subcommand ``infoprobe cache info FILE`` prints a cache's contents and provenance.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ the same command on the same --out resumes an interrupted run exactly where it s
 a run with another checkpoint, data spec, site set or dtype refuses to touch the file
 unless --overwrite.
 
-`infoprobe cache info FILE` prints a cache's datasets, shapes and provenance."""
+The subcommand `infoprobe cache info FILE` inspects a cache (`infoprobe cache info
+--help`); a checkpoint folder named `info` is given as ./info."""
 
 EXAMPLES = f"""sites (comma-separated, combined as a union):
   residual    blocks.0.hook_resid_pre + resid_mid and resid_post of every block
@@ -54,23 +55,27 @@ The samples are batch b = task.sample(size_b, default_rng([data_seed, b])); the 
 data seed is the training seed + {DATA_SEED_OFFSET}, apart from the training streams.
 Read a cache in Python with infoprobe.hooks.open_cache(path)."""
 
+INFO_DESCRIPTION = """Print what an activation cache holds, without loading its arrays: its
+status (complete, or how many samples an interrupted run committed), the header (schema,
+infoprobe version, creation time), the checkpoint hash, model config and data spec it
+was made from, the hook sites in forward order, and every dataset with its shape,
+dtype, size, chunks and axis names. An unfinished cache is reported, not refused."""
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "cache",
-        help="capture activations at every layer into a resumable HDF5 cache",
-        usage=USAGE,
-        description=DESCRIPTION,
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "target",
-        metavar="CHECKPOINT|info",
-        help="checkpoint folder to cache, or the word `info` to inspect a FILE",
-    )
-    p.add_argument("file", nargs="?", metavar="FILE", help="cache file (only with `info`)")
-    p.add_argument("--out", metavar="FILE", help="HDF5 file to write or resume (required to write)")
+INFO_EXAMPLES = """examples:
+  infoprobe cache info runs/id-2-2/acts.h5
+  infoprobe cache info acts.h5 | grep blocks.1     # one block's datasets
+
+Read the same in Python with infoprobe.hooks.open_cache(path, allow_incomplete=True);
+`h5dump -H FILE` shows the raw HDF5 layout (docs/cache-format.md)."""
+
+SUBCOMMANDS = ("info",)
+"""Words that select a subcommand of `infoprobe cache`; any other first argument is the
+CHECKPOINT of the write form."""
+
+
+def _add_write_options(p: argparse.ArgumentParser) -> None:
+    """The options of the write form (``infoprobe cache CHECKPOINT --out FILE ...``)."""
+    p.add_argument("--out", metavar="FILE", help="HDF5 file to write or resume (required)")
     p.add_argument(
         "--n", type=positive_int, default=20_000, help="number of samples N (default 20000)"
     )
@@ -122,6 +127,66 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "also survive a power loss (slower; a killed process never needs it)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+class _CheckpointOrSubcommand(argparse._SubParsersAction):
+    """The first positional of `infoprobe cache`: a subcommand word (``info``) hands the
+    rest to that subcommand's parser; anything else is the CHECKPOINT of the write form,
+    and the rest is parsed as write options (so options may come before or after it)."""
+
+    def __init__(self, *args, options: argparse.ArgumentParser | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.options = options
+        self.choices = None  # any word is accepted: an unknown one is the CHECKPOINT
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values[0] in self._name_parser_map:
+            super().__call__(parser, namespace, values, option_string)
+            return
+        if any(v in ("-h", "--help") for v in values[1:]):
+            parser.print_help()
+            parser.exit()
+        namespace.checkpoint = values[0]
+        _, extras = self.options.parse_known_args(values[1:], namespace)
+        if extras:
+            parser.error(
+                f"unrecognized arguments: {' '.join(extras)} (the write form takes one "
+                "CHECKPOINT; to inspect a cache use `infoprobe cache info FILE`)"
+            )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "cache",
+        help="capture activations at every layer into a resumable HDF5 cache",
+        usage=USAGE,
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_write_options(p)
+    options = type(p)(prog=p.prog, usage=USAGE, add_help=False)
+    _add_write_options(options)
+    forms = p.add_subparsers(
+        action=_CheckpointOrSubcommand,
+        options=options,
+        dest="cache_command",
+        metavar="CHECKPOINT | info",
+        required=True,
+        title="positional arguments",
+        help="the checkpoint folder to cache, or the subcommand:",
+    )
+    info = forms.add_parser(
+        "info",
+        prog=f"{p.prog} info",
+        help="print a cache's status, provenance, sites and datasets",
+        usage="infoprobe cache info FILE",
+        description=INFO_DESCRIPTION,
+        epilog=INFO_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    info.add_argument("file", metavar="FILE", help="activation cache (.h5) to inspect")
+    info.set_defaults(func=run_info_command)
     p.set_defaults(func=run)
 
 
@@ -162,7 +227,7 @@ def run_info(path: str) -> int:
         h = cache.header
         print(
             f"{path}: infoprobe activation cache, schema {h['schema_version']}, written by "
-            f"infoprobe {h['infoprobe_version']} on {h['created_utc']}"
+            f"infoprobe {h['infoprobe_version']} on {h['created']}"
         )
         if cache.complete:
             print(f"status: complete, {cache.n} samples")
@@ -205,21 +270,19 @@ def _announce_existing(out: str, overwrite: bool) -> None:
         print(f"resuming {out} at sample {header['n_committed']} of {header['n']}")
 
 
+def run_info_command(args: argparse.Namespace) -> int:
+    """`infoprobe cache info FILE`."""
+    return run_info(args.file)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.target == "info":
-        if not args.file:
-            raise UsageError("`infoprobe cache info` needs the cache FILE to inspect")
-        return run_info(args.file)
-    if args.file:
-        raise UsageError(
-            f"unexpected argument {args.file!r}; to inspect a cache use `infoprobe cache info FILE`"
-        )
+    """`infoprobe cache CHECKPOINT --out FILE ...`: write or resume a cache."""
     if not args.out:
         raise UsageError("--out FILE is required to write a cache")
     if args.threads:
         torch.set_num_threads(args.threads)
     job = checkpoint_cache_job(
-        args.target,
+        args.checkpoint,
         n=args.n,
         sites=args.sites,
         batch_size=args.batch,
@@ -235,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
         else f"random-init control (seed {args.random_init})"
     )
     print(
-        f"checkpoint {args.target} ({weights}), task {spec['task']['name']}, "
+        f"checkpoint {args.checkpoint} ({weights}), task {spec['task']['name']}, "
         f"data seed {spec['data_seed']}"
     )
     print(
