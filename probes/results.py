@@ -4,7 +4,8 @@ File layout (``h5dump -H probes.h5`` shows all of it; every dataset has an ``axe
 attribute naming its axes)::
 
     /                       attrs: format ("infoprobe.probe-results"), schema_version,
-                            infoprobe_version, created, T, d,
+                            created, infoprobe_version, axes (the header of
+                            docs/conventions.md), T, d,
                             layers, sites, settings (JSON), thresholds (JSON),
                             provenance (JSON: the source cache's), control_provenance (JSON)
     /scores/<targets>/<probe>/<control>/<metric>   float64 [layer, token, position|role]
@@ -26,8 +27,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -39,17 +40,45 @@ import pandas as pd
 from infoprobe.probes.errors import ResultsFileError
 
 FORMAT = "infoprobe.probe-results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the common header (``created`` in UTC ``...Z``, root ``axes``) and labelled dimensions;
+schema 1 files differ only there and are still read."""
 SCORE_AXES = {"positions": ("layer", "token", "position"), "roles": ("layer", "token", "role")}
 ScoreKey = tuple[str, str, str, str]  # (targets, probe, control, metric)
 SampleKey = tuple[str, str, str]  # (targets, probe, control)
 
 
+# This leaf's own small header helper (a leaf imports nothing from the hub nor from the
+# other leaves); it writes the fields infoprobe.header writes for the hub's files.
 def _package_version() -> str:
     try:
         return metadata.version("infoprobe")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _label_axes(ds: h5py.Dataset, axes: list[str]) -> None:
+    """The dataset's ``axes`` attribute and HDF5 dimension labels."""
+    ds.attrs["axes"] = list(axes)
+    for i, name in enumerate(axes):
+        ds.dims[i].label = name
+
+
+def _header(f: h5py.File) -> None:
+    """Root header: format, schema_version, created, infoprobe_version, axes (every axis
+    name of the file's datasets, each once); call after writing the datasets."""
+    names: dict[str, None] = {}
+
+    def collect(_: str, item: Any) -> None:
+        if isinstance(item, h5py.Dataset):
+            names.update(dict.fromkeys(str(a) for a in item.attrs.get("axes", [])))
+
+    f.visititems(collect)
+    f.attrs["format"] = FORMAT
+    f.attrs["schema_version"] = SCHEMA_VERSION
+    f.attrs["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    f.attrs["infoprobe_version"] = _package_version()
+    f.attrs["axes"] = [str(a) for a in names]
 
 
 @dataclass
@@ -112,10 +141,6 @@ class ProbeResults:
         return final
 
     def _write_to(self, f: h5py.File) -> None:
-        f.attrs["format"] = FORMAT
-        f.attrs["schema_version"] = SCHEMA_VERSION
-        f.attrs["infoprobe_version"] = _package_version()
-        f.attrs["created"] = datetime.now(UTC).isoformat()
         f.attrs["T"] = self.T
         f.attrs["d"] = self.d
         f.attrs["layers"] = np.asarray(self.layers, dtype=np.int64)
@@ -126,7 +151,7 @@ class ProbeResults:
         f.attrs["control_provenance"] = json.dumps(self.control_provenance, default=str)
         for (targets, probe, control, metric), arr in self.scores.items():
             ds = f.create_dataset(f"scores/{targets}/{probe}/{control}/{metric}", data=arr)
-            ds.attrs["axes"] = list(SCORE_AXES[targets])
+            _label_axes(ds, list(SCORE_AXES[targets]))
         for (targets, probe, control), arr in self.per_sample.items():
             ds = f.create_dataset(
                 f"per_sample/{targets}/{probe}/{control}/error",
@@ -134,19 +159,21 @@ class ProbeResults:
                 chunks=True,
             )
             axes = SCORE_AXES[targets]
-            ds.attrs["axes"] = [axes[0], "sample", axes[1], axes[2]]
+            _label_axes(ds, [axes[0], "sample", axes[1], axes[2]])
         for (targets, kind), arr in self.observed.items():
             ds = f.create_dataset(f"observed/{targets}/{kind}", data=arr.astype(bool))
             base = ["layer", "token", "position"]
-            ds.attrs["axes"] = base if kind == "aggregate" else ["layer", "sample", *base[1:]]
+            _label_axes(ds, base if kind == "aggregate" else ["layer", "sample", *base[1:]])
         ds = f.create_dataset("split/test_index", data=np.asarray(self.test_index, np.int64))
-        ds.attrs["axes"] = ["sample"]
-        f.create_dataset(
+        _label_axes(ds, ["sample"])
+        ds = f.create_dataset(
             "roles/names", data=np.asarray(self.role_names, dtype=object), dtype=h5py.string_dtype()
         )
+        _label_axes(ds, ["role"])
         if self.role_partners is not None:
             ds = f.create_dataset("roles/partners", data=self.role_partners.astype(np.int64))
-            ds.attrs["axes"] = ["sample", "role", "token"]
+            _label_axes(ds, ["sample", "role", "token"])
+        _header(f)
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> ProbeResults:
@@ -167,8 +194,12 @@ class ProbeResults:
                 )
             if int(version) > SCHEMA_VERSION:
                 raise ResultsFileError(
-                    f"{p}: schema_version expected <= {SCHEMA_VERSION}, got {int(version)}; "
-                    "upgrade infoprobe"
+                    f"{p}: attribute 'schema_version' expected 1..{SCHEMA_VERSION}, got "
+                    f"{int(version)}; upgrade infoprobe"
+                )
+            if f.attrs.get("format") != FORMAT:
+                raise ResultsFileError(
+                    f"{p}: attribute 'format' expected {FORMAT!r}, got {f.attrs.get('format')!r}"
                 )
             res = cls(
                 T=int(f.attrs["T"]),
