@@ -388,11 +388,11 @@ def test_interrupted_run_resumes_to_identical_bytes(tmp_path):
     np.testing.assert_array_equal(resumed.scores, whole.scores)
     np.testing.assert_allclose(whole.aggregate, whole.scores.mean(axis=1, dtype=np.float64))
     with h5py.File(part, "r") as f:
-        assert json.loads(f.attrs["axes"]) == ["layer", "sample", "token", "position"]
+        assert list(f.attrs["axes"]) == ["layer", "sample", "token", "position"]
         assert [dim.label for dim in f["scores"].dims] == ["layer", "sample", "token", "position"]
         assert f["scores"].chunks[1] <= 8 and f["scores"].dtype == np.float32
         assert f["sample_index"][()].tolist() == list(range(36))
-        assert f.attrs["format"] == "infoprobe.influence" and f.attrs["schema_version"] == 1
+        assert f.attrs["format"] == "infoprobe.influence" and f.attrs["schema_version"] == 2
         assert json.loads(f.attrs["settings"])["block_size"] == 8
         assert json.loads(f.attrs["provenance"])["run"] == 1
         assert f.attrs["input_scale"] == pytest.approx(scale(x))

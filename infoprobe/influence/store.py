@@ -1,11 +1,13 @@
 """The influence file (``influence.h5``): write resumably, read with validation.
 
-Layout (docs/influence.md is the contract): root attributes ``format`` =
-``"infoprobe.influence"``, ``schema_version``, ``created``, ``infoprobe_version``, ``axes``
-(JSON list), ``settings`` and ``provenance`` (JSON), ``T``, ``n``, ``n_layers`` (L+1),
+Layout (docs/influence.md is the contract): the header of docs/conventions.md (root
+attributes ``format`` = ``"infoprobe.influence"``, ``schema_version``, ``created``,
+``infoprobe_version``, ``axes``), ``settings`` and ``provenance`` (JSON), ``T``, ``n``,
+``n_layers`` (L+1),
 ``n_committed``, ``complete``, ``input_scale``, ``hook_names`` (JSON list); datasets
 ``/scores`` float32 [L+1, n, T+1, T], ``/state_variance`` float64 [L+1, T+1],
-``/sample_index`` int64 [n] and ``/aggregate`` float64 [L+1, T+1, T].
+``/sample_index`` int64 [n] and ``/aggregate`` float64 [L+1, T+1, T], each with an ``axes``
+attribute and labelled dimensions. Schema 1 files (``axes`` a JSON string) are still read.
 
 Writing follows the activation cache: the file is created at full size under
 ``NAME.tmp-<pid>`` and renamed onto NAME with ``n_committed = 0``; each block of samples
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,8 @@ import numpy as np
 import torch
 from transformer_lens import HookedRootModule
 
-from infoprobe import __version__
 from infoprobe.atomic import OutputExistsError, atomic_output
+from infoprobe.header import axes_of, label_axes, make_header, write_attrs
 from infoprobe.hooks.hdf5 import check_format, is_hdf5_file, json_differences, open_hdf5, plain_attr
 from infoprobe.hooks.schema import chunk_rows
 from infoprobe.influence.errors import (
@@ -53,8 +54,16 @@ from infoprobe.influence.settings import InfluenceSettings
 from infoprobe.infoflow.store import inputs_hash
 
 FORMAT = "infoprobe.influence"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the common header (root ``axes`` a list of strings) and labelled dimensions on every
+dataset; schema 1 differs only there and is still read (never resumed)."""
 AXES = ("layer", "sample", "token", "position")
+DATASET_AXES = {
+    "scores": AXES,
+    "state_variance": ("layer", "token"),
+    "sample_index": ("sample",),
+    "aggregate": ("layer", "token", "position"),
+}
 SCORES, VARIANCE, SAMPLE_INDEX, AGGREGATE = "scores", "state_variance", "sample_index", "aggregate"
 LOCATION_FIELDS = ("cache_path", "checkpoint_path")
 """Provenance fields that say where inputs lay; a resume does not require them to match."""
@@ -114,6 +123,8 @@ def _header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[str, Any]:
     if missing:
         raise InfluenceFileError(f"{path}: root attribute(s) {missing} missing (damaged file)")
     header = {k: plain_attr(v) for k, v in f.attrs.items()}
+    if isinstance(header["axes"], str):  # schema 1 kept the axes as a JSON string
+        header["axes"] = json.loads(header["axes"])
     header["complete"] = bool(header["complete"])
     if not header["complete"] and not allow_incomplete:
         raise IncompleteInfluenceError(
@@ -216,11 +227,7 @@ def read_influence(path: str | os.PathLike, *, allow_incomplete: bool = False) -
 
 def _attrs(plan: FlowPlan, provenance: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "format": FORMAT,
-        "schema_version": SCHEMA_VERSION,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "infoprobe_version": __version__,
-        "axes": json.dumps(list(AXES)),
+        **make_header(FORMAT, SCHEMA_VERSION, axes_of(*DATASET_AXES.values())),
         "settings": _json(plan.settings.to_dict()),
         "provenance": _json(dict(provenance)),
         "T": plan.T,
@@ -239,8 +246,7 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
     rows = chunk_rows(row, plan.block_size, plan.n)
     with atomic_output(path, overwrite=True, what="influence file") as tmp:
         with h5py.File(tmp, "w") as f:
-            for key, value in attrs.items():
-                f.attrs[key] = value
+            write_attrs(f.attrs, attrs)
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
             dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
             scores = f.create_dataset(
@@ -252,13 +258,11 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
                 fill_time="never",
                 track_times=False,
             )
-            scores.attrs["axes"] = list(AXES)
-            for axis, label in enumerate(AXES):
-                scores.dims[axis].label = label
+            label_axes(scores, DATASET_AXES[SCORES])
             var = f.create_dataset(VARIANCE, data=plan.state_variance, track_times=False)
-            var.attrs["axes"] = ["layer", "token"]
+            label_axes(var, DATASET_AXES[VARIANCE])
             index = f.create_dataset(SAMPLE_INDEX, data=sample_index, track_times=False)
-            index.attrs["axes"] = ["sample"]
+            label_axes(index, DATASET_AXES[SAMPLE_INDEX])
             agg = f.create_dataset(
                 AGGREGATE,
                 shape=(plan.n_layers, plan.T + 1, plan.T),
@@ -266,7 +270,7 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
                 fillvalue=np.nan,
                 track_times=False,
             )
-            agg.attrs["axes"] = ["layer", "token", "position"]
+            label_axes(agg, DATASET_AXES[AGGREGATE])
 
 
 def _identity(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]:
