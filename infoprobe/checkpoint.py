@@ -1,8 +1,10 @@
 """Checkpoints: a folder with ``model.safetensors`` and ``checkpoint.json`` (no pickle).
 
-``checkpoint.json`` holds the model config, the task spec (with its seed), the training
-config, the metrics history, package versions and the SHA-256 of the weights file, so a
-checkpoint is self-describing and its weights are verified on load.
+``checkpoint.json`` holds the header of docs/conventions.md (``format``,
+``schema_version``, ``created``, ``infoprobe_version``, ``axes``), the model config, the
+task spec (with its seed), the training config, the metrics history, package versions
+and the SHA-256 of the weights file, so a checkpoint is self-describing and its weights
+are verified on load. Schema 1 checkpoints (version in ``format_version``) are still read.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +22,17 @@ from safetensors.torch import load_file, save_file
 
 from infoprobe import __version__
 from infoprobe.atomic import atomic_output
+from infoprobe.header import check_header, make_header
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
 FORMAT = "infoprobe.checkpoint"
-FORMAT_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the common header (``schema_version``, UTC ``created``, ``axes``); schema 1 kept its
+version in ``format_version`` and a local ``created``, and is still read."""
+READABLE = range(1, SCHEMA_VERSION + 1)
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
-REQUIRED_FIELDS = ("format", "format_version", "model_config", "weights_sha256")
+REQUIRED_FIELDS = ("format", "model_config", "weights_sha256")
 HEX = frozenset("0123456789abcdef")
 NO_TASK_HINT = (
     "this checkpoint does not say which task it was trained on; pass --task NAME and its "
@@ -104,15 +109,13 @@ def save_checkpoint(
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS))
         meta = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+            **make_header(FORMAT, SCHEMA_VERSION),
             "model_config": model.cfg.to_dict(),
             "task": task.to_dict(),
             "train_config": train_config or {},
             "history": history or [],
             "metrics": metrics or {},
             "versions": package_versions(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "weights_sha256": file_sha256(tmp / WEIGHTS),
         }
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
@@ -146,12 +149,15 @@ def read_checkpoint_meta(path: str | Path, *, require_task: bool = True) -> dict
         raise CheckpointError(
             f"{meta_path}: field 'format' is {meta['format']!r}, expected {FORMAT!r}"
         )
+    check_header(
+        meta,
+        meta_path,
+        fmt=FORMAT,
+        readable=READABLE,
+        error=CheckpointError,
+        legacy_version="format_version",
+    )
     _check_meta_types(meta, meta_path)
-    if meta["format_version"] > FORMAT_VERSION:
-        raise CheckpointError(
-            f"{meta_path}: format_version {meta['format_version']} is newer than this "
-            f"infoprobe ({FORMAT_VERSION}); upgrade infoprobe"
-        )
     return meta
 
 
@@ -165,9 +171,6 @@ def _check_meta_types(meta: dict, meta_path: Path) -> None:
             f"{meta_path}: field {name!r} is {shown} ({type(value).__name__}), expected {expected}"
         )
 
-    version = meta["format_version"]
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise bad("format_version", f"an integer >= 1 (this infoprobe writes {FORMAT_VERSION})")
     sha = meta["weights_sha256"]
     if not (isinstance(sha, str) and len(sha) == 64 and all(c in HEX for c in sha.lower())):
         raise bad("weights_sha256", "64 hex digits (the SHA-256 of the weights file)")
@@ -277,7 +280,9 @@ def with_task(source: str | Path, dest: str | Path, task: Any) -> Path:
     weights are copied byte for byte (same hash), the copy is written atomically.
     """
     ck = load_checkpoint(source, task=task)
+    meta = {k: v for k, v in ck.meta.items() if k != "format_version"}  # schema 1's version
+    meta.update(make_header(FORMAT, SCHEMA_VERSION))  # a new file: this schema's header
     with atomic_output(dest, overwrite=True, directory=True, what="checkpoint") as tmp:
         (tmp / WEIGHTS).write_bytes((Path(source) / WEIGHTS).read_bytes())
-        (tmp / META).write_text(json.dumps(ck.meta, indent=2, sort_keys=True))
+        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
     return Path(dest)

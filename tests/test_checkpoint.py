@@ -131,9 +131,10 @@ def test_truncated_or_non_object_json_names_the_file(saved):
 @pytest.mark.parametrize(
     "field, value, words",
     [
-        ("format_version", "1", ["format_version", "'1'", "integer"]),
-        ("format_version", None, ["format_version", "None"]),
-        ("format_version", 0, ["format_version", "0"]),
+        ("schema_version", "1", ["schema_version", "'1'", "integer"]),
+        ("schema_version", None, ["schema_version", "None"]),
+        ("schema_version", 0, ["schema_version", "0"]),
+        ("schema_version", 99, ["schema_version", "99", "upgrade infoprobe"]),
         ("history", {"step": 1}, ["history", "list"]),
         ("history", [1, 2], ["history", "list of objects"]),
         ("weights_sha256", 12, ["weights_sha256", "64 hex"]),
