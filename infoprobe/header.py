@@ -2,7 +2,8 @@
 
 Five fields, as the top-level keys of a JSON file or the root attributes of an HDF5 file:
 ``format`` (the kind, e.g. ``"infoprobe.influence"``), ``schema_version`` (int, bumped
-whenever the layout changes), ``created`` (ISO 8601 UTC, ``2026-01-31T12:00:00Z``),
+whenever the layout changes), ``created`` (when the file was written, ISO 8601 UTC,
+``2026-01-31T12:00:00Z``),
 ``infoprobe_version`` and ``axes`` (list of the axis names the file's arrays use, from
 :data:`AXES`, in order of first appearance). Every HDF5 array dataset also carries its own
 ``axes`` attribute and the same names as HDF5 dimension labels, so h5py, ``h5dump`` and
@@ -62,13 +63,11 @@ def make_header(fmt: str, schema_version: int, axes: Iterable[str] = ()) -> dict
 def with_header(
     document: Mapping[str, Any], fmt: str, schema_version: int, axes: Iterable[str] = ()
 ) -> dict[str, Any]:
-    """``document`` with a current header first: a file rewritten in place (a manifest, a
-    summary) keeps its ``created``; every other header field is set to this version's."""
-    head = make_header(fmt, schema_version, axes)
-    if isinstance(document.get("created"), str):
-        head["created"] = document["created"]
+    """``document`` with this version's header first (``created`` = now), replacing any
+    header fields it had: for a file rewritten whole (a manifest, a summary), possibly
+    read from an older schema."""
     rest = {k: v for k, v in document.items() if k not in FIELDS}
-    return {**head, **rest}
+    return {**make_header(fmt, schema_version, axes), **rest}
 
 
 def check_header(

@@ -1,6 +1,8 @@
 """Several seeds of one model, trained together as a batched ensemble, written as a folder:
 
-    OUT/summary.json     format "infoprobe.seeds": the settings, every seed's validation
+    OUT/summary.json     the header of docs/conventions.md (format "infoprobe.seeds",
+                         schema_version 2; files of schema 1, which had no version,
+                         are still read), the settings, every seed's validation
                          and test NMSE, how it stopped, and the best seed; rewritten
                          (atomically) each time a seed finishes
     OUT/seed-<S>/        one checkpoint per seed, written as soon as that seed finishes
@@ -24,10 +26,13 @@ from typing import Any
 from infoprobe.atomic import atomic_output, check_writable, refuse_existing
 from infoprobe.checkpoint import read_checkpoint_meta, save_checkpoint
 from infoprobe.ensemble import EnsembleError, train_ensemble
+from infoprobe.header import check_header, make_header
 from infoprobe.model import ModelConfig
 from infoprobe.train import TrainConfig, TrainResult
 
 FORMAT = "infoprobe.seeds"
+SCHEMA_VERSION = 2
+"""2: the common header; schema 1 summaries carried only ``format`` and are still read."""
 SUMMARY = "summary.json"
 
 
@@ -60,7 +65,7 @@ def write_summary(out: Path, settings: dict, metrics: dict[int, dict]) -> Path:
     finite = {s: m["val_nmse"] for s, m in finished.items() if math.isfinite(m["val_nmse"])}
     best = min(finite, key=finite.get) if finite else None
     summary = {
-        "format": FORMAT,
+        **make_header(FORMAT, SCHEMA_VERSION),
         **settings,
         "members": {
             str(s): None if m is None else {**m, "checkpoint": seed_dir(out, s).name}
@@ -81,6 +86,14 @@ def differing_settings(
     """The settings fields in which the seeds folder ``out`` differs from these."""
     settings = json.loads(json.dumps(_settings(task, model_cfg, cfg, seeds)))
     summary = json.loads((out / SUMMARY).read_text())
+    check_header(
+        summary,
+        out / SUMMARY,
+        fmt=FORMAT,
+        readable=range(1, SCHEMA_VERSION + 1),
+        error=EnsembleError,
+        unversioned=1,
+    )
     return [k for k in settings if summary.get(k) != settings[k]]
 
 
