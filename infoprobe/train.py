@@ -79,7 +79,7 @@ class TrainConfig:
         n_val, n_test: sizes of the validation and test sets.
         eval_every: steps between validation evaluations.
         patience: stop after this many evaluations without improvement (``None``: never).
-        device: torch device (``"cpu"`` or ``"cuda"``).
+        device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``).
         dtype: ``"float32"`` (default) or ``"float64"`` for the weights, data and
             arithmetic (float64: a check of numerical limits, several times slower).
         compile: run the training step's forward and backward through ``torch.compile``
