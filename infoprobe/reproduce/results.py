@@ -1,27 +1,29 @@
 """Gather a sweep's run records into ``results.json`` and print its tables.
 
-``results.json`` holds the claim, the profile (with its departures from the paper), every
-run's record (config, seed, NMSE history, times, analyses), and one summary per grid
-point: InfoFlow's prediction for that architecture (verdict, exponent alpha(T), minimum
-heads, comparison number) next to the best validation NMSE over seeds (the paper's
-statistic) and every seed's value, plus the profile's checks.
+``results.json`` holds the header of docs/conventions.md (schema 2; schema 1 kept its
+version in ``format_version``), the claim, the profile (with its departures from the
+paper), every run's record (config, seed, NMSE history, times, analyses), and one
+summary per grid point: InfoFlow's prediction for that architecture (verdict, exponent
+alpha(T), minimum heads, comparison number) next to the best validation NMSE over seeds
+(the paper's statistic) and every seed's value, plus the profile's checks.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infoprobe import __version__
 from infoprobe.atomic import atomic_output
+from infoprobe.header import make_header
 from infoprobe.infoflow import predict
 from infoprobe.reproduce.grid import Claim, GridPoint, Profile, RunSpec
 
 RESULTS = "results.json"
 RESULTS_FORMAT = "infoprobe.reproduce.results"
+RESULTS_SCHEMA_VERSION = 2
+"""2: the common header (``schema_version`` instead of ``format_version``, UTC ``...Z``)."""
 
 
 def engine_summary(point: GridPoint) -> dict[str, Any]:
@@ -95,10 +97,7 @@ def gather(
         )
     ordered = [by_id[s.run_id] for s in specs if s.run_id in by_id]
     return {
-        "format": RESULTS_FORMAT,
-        "format_version": 1,
-        "infoprobe_version": __version__,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        **make_header(RESULTS_FORMAT, RESULTS_SCHEMA_VERSION),
         "claim": claim.name,
         "title": claim.title,
         "paper_claim": claim.paper,

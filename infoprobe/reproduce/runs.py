@@ -7,7 +7,9 @@ runs in a worker process or a Ray task; only the driver writes into the output f
 through :class:`RunStore`:
 
     OUT/runs/<run_id>/checkpoint/    model.safetensors + checkpoint.json
-    OUT/runs/<run_id>/record.json    written last, atomically: the run is finished
+    OUT/runs/<run_id>/record.json    written last, atomically: the run is finished; it
+                                     starts with the header of docs/conventions.md
+                                     (records of schema 1, which had no version, are read)
 
 A run whose ``record.json`` exists is never trained again; a run interrupted before its
 record was written leaves no record and restarts from scratch (its checkpoint folder,
@@ -28,16 +30,18 @@ from typing import Any
 
 import torch
 
-from infoprobe import __version__
 from infoprobe.atomic import atomic_output
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.ensemble import train_ensemble
+from infoprobe.header import check_header, make_header
 from infoprobe.reproduce.analyses import run_analysis
 from infoprobe.reproduce.grid import ReproduceError, RunSpec
 from infoprobe.train import NonFiniteLossError, TrainResult, train
 
 RECORD = "record.json"
 RECORD_FORMAT = "infoprobe.reproduce.run"
+RECORD_SCHEMA_VERSION = 2
+"""2: the common header; schema 1 records had only ``format`` and are still read."""
 CHECKPOINT = "checkpoint"
 
 
@@ -121,7 +125,7 @@ def run_outcome(
             analyses[name] = run_analysis(name, ck, work, seed=spec.seed, params=dict(params))
         files = {p.name: p.read_bytes() for p in sorted(ck.iterdir())}
     record = {
-        "format": RECORD_FORMAT,
+        **make_header(RECORD_FORMAT, RECORD_SCHEMA_VERSION),
         "run_id": spec.run_id,
         "claim": spec.claim,
         "profile": spec.profile,
@@ -144,7 +148,6 @@ def run_outcome(
         "seconds": round(time.time() - started, 2),
         "analyses": analyses,
         "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine()},
-        "infoprobe_version": __version__,
         "torch_version": torch.__version__,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -179,6 +182,14 @@ class RunStore:
                 f"{path}: field 'run_id' is {record.get('run_id')!r}, expected {run_id!r} "
                 f"(format {RECORD_FORMAT!r}); delete it to re-run this run"
             )
+        check_header(
+            record,
+            path,
+            fmt=RECORD_FORMAT,
+            readable=range(1, RECORD_SCHEMA_VERSION + 1),
+            error=ReproduceError,
+            unversioned=1,
+        )
         return record
 
     def is_done(self, spec: RunSpec) -> bool:
