@@ -26,6 +26,7 @@ from infoprobe.checkpoint import Checkpoint, load_checkpoint
 from infoprobe.hooks import CachePlan, CacheSummary, plan_cache, write_cache
 from infoprobe.hooks.writer import BatchFn
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.tasks import Task
 
 DATA_SEED_OFFSET = 10_000
 """Default data seed = training seed + this (never equal to the training seed)."""
@@ -37,7 +38,7 @@ def default_data_seed(checkpoint: Checkpoint) -> int:
     return int(checkpoint.meta.get("train_config", {}).get("seed", 0)) + DATA_SEED_OFFSET
 
 
-def data_spec(task: Any, *, n: int, batch_size: int, data_seed: int) -> dict[str, Any]:
+def data_spec(task: Task, *, n: int, batch_size: int, data_seed: int) -> dict[str, Any]:
     """The JSON description of a cache's samples: everything needed to regenerate them."""
     return {
         "task": task.to_dict(),
@@ -48,7 +49,7 @@ def data_spec(task: Any, *, n: int, batch_size: int, data_seed: int) -> dict[str
     }
 
 
-def task_batch_fn(task: Any, data_seed: int) -> BatchFn:
+def task_batch_fn(task: Task, data_seed: int) -> BatchFn:
     """``batch_fn(b, size)`` drawing batch b of the task from ``default_rng([data_seed, b])``."""
 
     def batch_fn(index: int, size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ import platform
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -24,6 +24,9 @@ from infoprobe import __version__
 from infoprobe.atomic import atomic_output
 from infoprobe.header import check_header, make_header
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+
+if TYPE_CHECKING:  # hub → pillar; imported at run time only where needed
+    from infoprobe.tasks import Task
 
 FORMAT = "infoprobe.checkpoint"
 SCHEMA_VERSION = 2
@@ -71,7 +74,7 @@ class Checkpoint:
 
     path: Path
     model: InfoFlowTransformer
-    task: Any
+    task: Task
     model_config: ModelConfig
     meta: dict = field(repr=False)
 
@@ -90,7 +93,7 @@ class Checkpoint:
 def save_checkpoint(
     path: str | Path,
     model: InfoFlowTransformer,
-    task: Any,
+    task: Task,
     *,
     train_config: dict | None = None,
     history: list[dict] | None = None,
@@ -185,7 +188,7 @@ def _check_meta_types(meta: dict, meta_path: Path) -> None:
 
 
 def load_checkpoint(
-    path: str | Path, device: str | torch.device = "cpu", *, task: Any = None
+    path: str | Path, device: str | torch.device = "cpu", *, task: Task | None = None
 ) -> Checkpoint:
     """Load a checkpoint folder: model (eval mode, on ``device``), task spec and metadata.
 
@@ -226,7 +229,7 @@ def load_checkpoint(
     return Checkpoint(path, model, task, cfg, {**meta, "task": task.to_dict()})
 
 
-def check_task_fits(task: Any, cfg: ModelConfig, where: Path) -> None:
+def check_task_fits(task: Task, cfg: ModelConfig, where: Path) -> None:
     """Refuse a task whose inputs or targets do not fit the model (T, d, d_out)."""
     pairs = (("T", "n_ctx", task.T), ("d", "d_in", task.d), ("d_out", "d_out", task.d_out))
     wrong = [
@@ -273,7 +276,7 @@ def _read_weights(weights: Path, model: InfoFlowTransformer, meta_path: Path) ->
     return state
 
 
-def with_task(source: str | Path, dest: str | Path, task: Any) -> Path:
+def with_task(source: str | Path, dest: str | Path, task: Task) -> Path:
     """Copy checkpoint ``source`` to ``dest`` with ``task`` recorded in its JSON.
 
     For checkpoints made outside infoprobe's training that lack a task spec; the

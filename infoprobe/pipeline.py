@@ -48,7 +48,7 @@ from infoprobe.report.build import from_sources, write_report
 from infoprobe.rollout import RolloutConfig
 from infoprobe.seeds import differing_settings, seed_dir, train_seeds
 from infoprobe.sources import checkpoint_history, compare_sources, load_sources
-from infoprobe.tasks import task_from_dict
+from infoprobe.tasks import Task, task_from_dict
 from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
 
 MANIFEST = "run.json"
@@ -454,7 +454,9 @@ SEEDS_FOLDER = "seeds"
 """Where ``run_pipeline(..., seeds=...)`` keeps every seed's checkpoint."""
 
 
-def _train_stage(task, model_cfg: ModelConfig, train_cfg: TrainConfig, dst: Path, **kw) -> None:
+def _train_stage(
+    task: Task, model_cfg: ModelConfig, train_cfg: TrainConfig, dst: Path, **kw
+) -> None:
     """Train into ``dst``; a diverging run keeps nothing there and stops with one line."""
     try:
         train_and_save(task, model_cfg, train_cfg, dst, **kw)
@@ -468,7 +470,12 @@ def _train_stage(task, model_cfg: ModelConfig, train_cfg: TrainConfig, dst: Path
 
 
 def _train_seeds_stage(
-    task, model_cfg: ModelConfig, train_cfg: TrainConfig, seeds: Sequence[int], dst: Path, **kw
+    task: Task,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    seeds: Sequence[int],
+    dst: Path,
+    **kw,
 ) -> None:
     """Train ``seeds`` as one ensemble into ``dst.parent/seeds`` (resumable) and copy the
     seed with the best validation NMSE to ``dst``. Finished seeds of the same settings are
@@ -492,7 +499,7 @@ def _train_seeds_stage(
 
 def run_pipeline(
     out: str | os.PathLike,
-    task,
+    task: Task,
     model_cfg: ModelConfig,
     train_cfg: TrainConfig,
     settings: RunSettings | None = None,
@@ -537,7 +544,7 @@ def probe_checkpoint(
     out: str | os.PathLike,
     settings: RunSettings | None = None,
     *,
-    task=None,
+    task: Task | None = None,
     overwrite: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,

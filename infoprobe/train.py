@@ -28,6 +28,7 @@ from infoprobe.atomic import check_writable, refuse_existing
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.tasks import Task
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
 EVAL_BATCH = 4096
@@ -175,7 +176,7 @@ def nmse(pred: torch.Tensor, y: torch.Tensor) -> float:
     return float(((pred - y) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
 
 
-def check_task_fits(task: Any, cfg: ModelConfig) -> None:
+def check_task_fits(task: Task, cfg: ModelConfig) -> None:
     """Raise :class:`TrainingError` if the model's input shape does not fit the task."""
     for name, expected, actual in (
         ("n_ctx (T)", task.T, cfg.n_ctx),
@@ -189,7 +190,7 @@ def check_task_fits(task: Any, cfg: ModelConfig) -> None:
 
 
 def sample_tensors(
-    task: Any, n: int, rng: np.random.Generator, device: str, dtype: str = "float32"
+    task: Task, n: int, rng: np.random.Generator, device: str, dtype: str = "float32"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """n samples of ``task`` as tensors on ``device``: x [n, T, d], y [n, d_out]."""
     x, y = task.sample(n, rng)
@@ -286,7 +287,7 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def new_model(task: Any, model_cfg: ModelConfig, cfg: TrainConfig) -> InfoFlowTransformer:
+def new_model(task: Task, model_cfg: ModelConfig, cfg: TrainConfig) -> InfoFlowTransformer:
     """A fresh model initialised from ``cfg.seed``, on ``cfg.device`` in ``cfg.dtype``.
     Refuses a model that does not fit the task or whose training batch cannot fit in
     the device's memory."""
@@ -297,7 +298,7 @@ def new_model(task: Any, model_cfg: ModelConfig, cfg: TrainConfig) -> InfoFlowTr
 
 
 def setup_training(
-    task: Any, model_cfg: ModelConfig, cfg: TrainConfig
+    task: Task, model_cfg: ModelConfig, cfg: TrainConfig
 ) -> tuple[InfoFlowTransformer, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """A fresh model (:func:`new_model`), its AdamW optimiser and its warm-up + cosine
     schedule."""
@@ -318,7 +319,7 @@ class DataStreams:
     fixed: tuple[torch.Tensor, torch.Tensor] | None
 
 
-def data_streams(task: Any, cfg: TrainConfig) -> DataStreams:
+def data_streams(task: Task, cfg: TrainConfig) -> DataStreams:
     """The seeded streams of a run (module docstring): validation ``[seed, 1]``,
     training ``[seed, 0]``."""
     sample = partial(sample_tensors, task, device=cfg.device, dtype=cfg.dtype)
@@ -336,7 +337,7 @@ def standardise_targets(model: InfoFlowTransformer, y_val: torch.Tensor) -> None
 
 
 def draw_batch(
-    task: Any,
+    task: Task,
     cfg: TrainConfig,
     rng: np.random.Generator,
     fixed: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -448,7 +449,7 @@ class EvalTracker:
         return False
 
 
-def finish(task: Any, cfg: TrainConfig, tracker: EvalTracker, start: float) -> TrainResult:
+def finish(task: Task, cfg: TrainConfig, tracker: EvalTracker, start: float) -> TrainResult:
     """Load the best state into the result's model, score it on the test stream
     ``[seed, 2]`` and record the time since ``start``."""
     result = tracker.result
@@ -463,7 +464,7 @@ def finish(task: Any, cfg: TrainConfig, tracker: EvalTracker, start: float) -> T
 
 
 def train(
-    task: Any,
+    task: Task,
     model_cfg: ModelConfig,
     cfg: TrainConfig,
     *,
@@ -514,7 +515,7 @@ def check_output_folder(path: Path, overwrite: bool = False, what: str = "checkp
 
 
 def train_and_save(
-    task: Any,
+    task: Task,
     model_cfg: ModelConfig,
     cfg: TrainConfig,
     out,
