@@ -11,7 +11,6 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from matplotlib.figure import Figure
 from infoprobe import __version__
 from infoprobe.agreement import TauSweep
 from infoprobe.atomic import atomic_output
+from infoprobe.header import make_header
 from infoprobe.compare import CAVEAT, Comparison, Crosstab, Observations
 from infoprobe.jsonable import jsonable
 from infoprobe.report import figures
@@ -31,7 +31,12 @@ from infoprobe.sources import Compared, Sources
 SUMMARY = "summary.json"
 HTML = "report.html"
 FORMAT = "infoprobe.report"
-FORMAT_VERSION = 2
+SCHEMA_VERSION = 3
+"""3: the common header of docs/conventions.md (``schema_version`` instead of
+``format_version``, ``created`` in UTC ``...Z``, ``axes``)."""
+AXES = ("layer", "token", "position", "tau")
+"""Axes of the comparison arrays summary.json holds (per layer, per token, membership
+[layer, token, position], threshold sweeps)."""
 
 
 class ReportInputError(ValueError):
@@ -283,10 +288,7 @@ def build_summary(inputs: ReportInputs, figure_meta: Mapping[str, Mapping[str, s
     """The summary.json dict: every number, the verdicts, the caveat, provenance."""
     return jsonable(
         {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "infoprobe_version": __version__,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            **make_header(FORMAT, SCHEMA_VERSION, AXES),
             "title": inputs.title,
             "notes": dict(inputs.notes),
             "caveat": CAVEAT,
