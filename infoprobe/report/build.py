@@ -21,8 +21,8 @@ from matplotlib.figure import Figure
 from infoprobe import __version__
 from infoprobe.agreement import TauSweep
 from infoprobe.atomic import atomic_output
-from infoprobe.header import make_header
 from infoprobe.compare import CAVEAT, Comparison, Crosstab, Observations
+from infoprobe.header import make_header
 from infoprobe.jsonable import jsonable
 from infoprobe.report import figures
 from infoprobe.report.html import render_html
