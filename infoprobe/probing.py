@@ -22,7 +22,7 @@ import einops
 import numpy as np
 
 from infoprobe.atomic import refuse_existing, remove_stale_temps
-from infoprobe.hooks import layer_sites, open_cache
+from infoprobe.hooks import CacheFile, layer_sites, open_cache
 from infoprobe.probes.controls import (
     check_control_compatible,
     conditional_baseline,
@@ -168,7 +168,7 @@ def _check_control(main: Any, control: Any, x: np.ndarray) -> None:
         )
 
 
-def _roles(cache: Any) -> list[AttentionRole]:
+def _roles(cache: CacheFile) -> list[AttentionRole]:
     """Rank-1 roles of every head of every block whose pattern is in the cache."""
     heads = cache.model_config.get("heads")
     if heads is None:
@@ -183,7 +183,9 @@ def _roles(cache: Any) -> list[AttentionRole]:
     return [AttentionRole(b, j, 1) for b in cached for j in range(heads[b])]
 
 
-def _role_partners(cache: Any, roles: list[AttentionRole], block_size: int | None) -> np.ndarray:
+def _role_partners(
+    cache: CacheFile, roles: list[AttentionRole], block_size: int | None
+) -> np.ndarray:
     """Partner indices ``[n, R, T+1]`` read block by block from the cached patterns."""
     pattern_sites = sorted({f"blocks.{r.block}.attn.hook_pattern" for r in roles})
     missing = [s for s in pattern_sites if s not in cache.hook_names]

@@ -17,8 +17,10 @@ from infoprobe.commands.modelargs import (
 )
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.errors import UsageError
+from infoprobe.model import ModelConfig
 from infoprobe.seeds import train_seeds
-from infoprobe.train import NonFiniteLossError, train_and_save
+from infoprobe.tasks import Task
+from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
 
 EXAMPLES = """examples:
   infoprobe train --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 2e-3 --steps 10000 \\
@@ -64,7 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run_seeds(args: argparse.Namespace, task, model_cfg, cfg) -> int:
+def run_seeds(
+    args: argparse.Namespace, task: Task, model_cfg: ModelConfig, cfg: TrainConfig
+) -> int:
     try:
         summary = train_seeds(
             task,

@@ -12,14 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from infoprobe.caching import random_init_model
 from infoprobe.checkpoint import Checkpoint, load_checkpoint
-from infoprobe.hooks import open_cache
+from infoprobe.hooks import CacheFile, open_cache
 from infoprobe.influence.errors import InfluenceError
 from infoprobe.influence.settings import InfluenceSettings
 from infoprobe.influence.store import BlockCallback, InfluenceFile, preflight, write_influence
@@ -35,7 +34,7 @@ def model_state_sha256(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def _check_alignment(cache: Any, cache_path: Path, ckpt: Checkpoint) -> None:
+def _check_alignment(cache: CacheFile, cache_path: Path, ckpt: Checkpoint) -> None:
     actual, expected = cache.checkpoint_sha256, ckpt.weights_sha256
     if actual != expected:
         raise InfluenceError(
