@@ -96,12 +96,13 @@ def check_header(
 
     Raises ``error`` naming the file, the field, the expected and the found value.
     """
-    if found.get("format") != fmt:
-        raise error(f"{where}: {what} 'format' is {found.get('format')!r}, expected {fmt!r}")
+    found_format = _plain(found.get("format"))
+    if found_format != fmt:
+        raise error(f"{where}: {what} 'format' is {found_format!r}, expected {fmt!r}")
     field = "schema_version"
     if field not in found and legacy_version is not None and legacy_version in found:
         field = legacy_version
-    version = found.get(field, unversioned)
+    version = _plain(found.get(field, unversioned))
     is_int = isinstance(version, int) and not isinstance(version, bool)
     if not is_int or version not in readable:
         newest = readable[-1]
@@ -112,6 +113,13 @@ def check_header(
             f"{readable[0]}..{newest} (this infoprobe writes {newest}); {hint}"
         )
     return version
+
+
+def _plain(value: Any) -> Any:
+    """An HDF5 attribute value (numpy scalar, bytes) as plain Python."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value
 
 
 def write_attrs(attrs: MutableMapping[str, Any], header: Mapping[str, Any]) -> None:
