@@ -1,10 +1,15 @@
 """Write outputs under a temporary name and rename, so a crash never leaves a half output.
 
 ``--overwrite`` only ever replaces an output of the same kind that infoprobe wrote: every
-output carries a format marker (a JSON file's or a folder's ``summary.json`` /
-``checkpoint.json`` / ``run.json`` field ``format``, an HDF5 file's root attribute
-``format``, or ``schema`` for predicted-sets files), and a path whose marker is missing
-or of another kind is refused, never deleted.
+output carries a format marker (the ``format`` field of the header of docs/conventions.md:
+a JSON file's or a folder's ``summary.json`` / ``checkpoint.json`` / ``run.json`` field,
+an HDF5 file's root attribute; predicted-sets files of schema 1 had ``schema`` instead),
+and a path whose marker is missing or of another kind is refused, never deleted.
+
+:func:`temp_name` is the hub's one temporary-name scheme. The leaves cannot import the hub,
+so ``infoprobe.hooks`` (``hooks/hdf5.py``) and ``infoprobe.probes`` (``probes/results.py``)
+keep small copies of it that make the same ``NAME.tmp-<pid>`` names, which
+:func:`remove_stale_temps` therefore cleans up for them too.
 """
 
 from __future__ import annotations
@@ -96,7 +101,8 @@ def remove_stale_temps(path: Path) -> list[Path]:
 
 
 def temp_name(path: Path) -> Path:
-    """``NAME.tmp-<pid>`` beside ``path``: the name a half-written output lives under."""
+    """``NAME.tmp-<pid>`` beside ``path``: the name a half-written output lives under (the
+    leaves' copies in hooks/hdf5.py and probes/results.py must make the same names)."""
     return path.with_name(f"{path.name}.tmp-{os.getpid()}")
 
 
