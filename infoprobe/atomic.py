@@ -8,8 +8,8 @@ and a path whose marker is missing or of another kind is refused, never deleted.
 
 :func:`temp_name` is the hub's one temporary-name scheme. The leaves cannot import the hub,
 so ``infoprobe.hooks`` (``hooks/hdf5.py``) and ``infoprobe.probes`` (``probes/results.py``)
-keep small copies of it that make the same ``NAME.tmp-<pid>`` names, which
-:func:`remove_stale_temps` therefore cleans up for them too.
+keep small copies of it that make the same ``NAME.tmp-<pid>`` names, so one pattern marks
+every half-written output (and :func:`remove_stale_temps` recognises all of them).
 """
 
 from __future__ import annotations
