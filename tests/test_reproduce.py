@@ -24,6 +24,7 @@ from infoprobe.infoflow import predict
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.reproduce import (
     CLAIMS,
+    FigureSpec,
     LocalBackend,
     RunStore,
     SweepError,
@@ -577,3 +578,36 @@ def test_unguarded_script_gets_a_hint_not_a_bare_broken_pool(tmp_path):
     raised = [line for line in done.stderr.splitlines() if line.startswith("infoprobe.")]
     assert raised and raised[-1].startswith("infoprobe.reproduce.backends.BackendError")
     assert '__name__ == "__main__"' in raised[-1]
+
+
+def test_figure_specs_are_checked_where_they_are_written():
+    with pytest.raises(ReproduceError, match="kind must be one of"):
+        FigureSpec("f", "bars", "caption")
+    with pytest.raises(ReproduceError, match="needs x"):
+        FigureSpec("f", "nmse_vs", "caption")
+    with pytest.raises(ReproduceError, match=r"takes no options, got \['x', 'log'\]"):
+        FigureSpec("f", "cls_probe", "caption", x="T", log=False)
+    with pytest.raises(ReproduceError, match="annotate must be"):
+        FigureSpec("f", "nmse_vs", "caption", x="T", annotate="alpha")
+
+
+def test_every_claim_figure_binds_to_its_builder():
+    """Each figure's options are keyword arguments its builder takes (checked by signature)."""
+    import inspect
+
+    from infoprobe.reproduce.figures import BUILDERS
+
+    for claim in CLAIMS.values():
+        for spec in claim.figures:
+            options = spec.options()
+            inspect.signature(BUILDERS[spec.kind]).bind({}, **options)
+            assert (spec.kind == "nmse_vs") == bool(options)
+
+
+def test_grid_points_refuse_untyped_or_mismatched_settings():
+    point = CLAIMS["triangle"].profile("quick").points[0]
+    with pytest.raises(ReproduceError, match="field model must be a ModelConfig, got dict"):
+        dataclasses.replace(point, model=point.model.to_dict())
+    wrong_T = dataclasses.replace(point.model, n_ctx=point.task.T + 1)
+    with pytest.raises(ReproduceError, match=rf"model.n_ctx is {point.task.T + 1} but task"):
+        dataclasses.replace(point, model=wrong_T)
