@@ -37,18 +37,20 @@ from infoprobe.atomic import atomic_output
 from infoprobe.caching import cache_checkpoint
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
 from infoprobe.compare import write_comparisons
+from infoprobe.errors import UsageError
 from infoprobe.hooks import open_cache
 from infoprobe.influence import InfluenceSettings, influence_for_cache
-from infoprobe.infoflow import predict, write_sets
+from infoprobe.infoflow import as_architecture, predict, write_sets
 from infoprobe.jsonable import json_sha256
 from infoprobe.model import ModelConfig
+from infoprobe.orientation import choose_orientation
 from infoprobe.probes.split import TEST, make_split
 from infoprobe.probing import ProbeSettings, run_probe
 from infoprobe.report.build import from_sources, write_report
 from infoprobe.rollout import RolloutConfig
 from infoprobe.seeds import differing_settings, seed_dir, train_seeds
 from infoprobe.sources import checkpoint_history, compare_sources, load_sources
-from infoprobe.tasks import Task, task_from_dict
+from infoprobe.tasks import ORIENTATIONS, Task, task_from_dict
 from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
 
 MANIFEST = "run.json"
@@ -253,18 +255,29 @@ class RunFolder:
 
 
 def predict_for_cache(
-    cache_path: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False
+    cache_path: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    orientation: str | Sequence[str] = "auto",
+    overwrite: bool = False,
 ) -> Path:
     """InfoFlow's predicted sets on exactly the samples of an activation cache.
 
     The task and architecture are read from the cache's provenance, the samples from its
     ``/inputs/x``; the sets file records the cache's data seed, N and checkpoint hash so
-    the comparison can refuse mismatched files.
+    the comparison can refuse mismatched files. ``orientation``: "auto" (the orientation
+    of each comparison the model's heads implement, read from the cached attention
+    patterns by :func:`infoprobe.orientation.choose_orientation`; all declared when the
+    cache holds no patterns), "declared", "mirrored" (every comparison that has a mirror),
+    or one of those two per comparison.
     """
     with open_cache(cache_path) as cache:
         spec, x = cache.spec, cache.x[:]
         task = task_from_dict(spec["task"])
         arch = ModelConfig.from_dict(cache.model_config)
+        names = [f"blocks.{b}.attn.hook_pattern" for b in range(cache.n_blocks)]
+        has_patterns = all(name in cache.hook_names for name in names)
+        patterns = [cache.acts(name)[:] for name in names] if has_patterns else None
         provenance = {
             "data_seed": spec["data_seed"],
             "n": spec["n"],
@@ -272,7 +285,28 @@ def predict_for_cache(
             "checkpoint_sha256": cache.checkpoint_sha256,
             "data_spec": spec,
         }
-    return write_sets(out, predict(task, arch), x, provenance, overwrite=overwrite)
+    mirrorable = task.structure().mirrorable
+    if orientation == "auto":
+        if patterns is None:
+            chosen = None
+            provenance["orientation"] = "declared: the cache holds no attention patterns"
+        else:
+            choices = choose_orientation(task, as_architecture(arch), x, patterns)
+            chosen = [c.chosen for c in choices]
+            provenance["orientation"] = [c.to_dict() for c in choices]
+    elif isinstance(orientation, str):
+        if orientation not in ORIENTATIONS:
+            raise UsageError(
+                f"orientation: expected auto, {', '.join(ORIENTATIONS)} or one per comparison, "
+                f"got {orientation!r}"
+            )
+        chosen = ["mirrored" if m and orientation == "mirrored" else "declared" for m in mirrorable]
+        provenance["orientation"] = "given: " + ", ".join(chosen)
+    else:
+        chosen = list(orientation)
+        provenance["orientation"] = "given: " + ", ".join(chosen)
+    prediction = predict(task, arch, orientation=chosen)
+    return write_sets(out, prediction, x, provenance, overwrite=overwrite)
 
 
 FLOW_FILES = ("flow.h5", "flow-random-init.h5")
@@ -415,7 +449,7 @@ def analysis_stages(
         Stage(
             "predict",
             "pred.h5",
-            {"cache": cache_key},
+            {"cache": cache_key, "orientation": "auto"},
             build=lambda out: predict_for_cache(path / "acts.h5", out),
         ),
         Stage(

@@ -317,7 +317,8 @@ class Compared:
 
 
 def predicted_program(sets: SetsFile):
-    """InfoFlow's program for the task and architecture recorded in a predicted-sets file."""
+    """InfoFlow's program for the task, architecture and orientation recorded in a
+    predicted-sets file."""
     a = sets.arch
     arch = Architecture(
         heads=tuple(a["heads"]),
@@ -325,7 +326,10 @@ def predicted_program(sets: SetsFile):
         d_heads=tuple(a["d_heads"]),
         positions=bool(a["positions"]),
     )
-    return predict(task_from_dict(sets.task), arch, search_min_heads=False).program
+    recorded = sets.prediction.get("orientation")  # absent in files written before it existed
+    orientation = list(recorded.values()) if recorded else None
+    task = task_from_dict(sets.task)
+    return predict(task, arch, search_min_heads=False, orientation=orientation).program
 
 
 def compare_sources(sources: Sources, rollout: RolloutConfig | None = None) -> Compared:

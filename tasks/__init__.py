@@ -13,10 +13,11 @@ from .positional import AggregateDecode, FixedPositions
 from .registry import TASKS, make_task, task_class, task_from_dict
 from .retrieval import DRetrieval, KthLargest
 from .spec import Task
-from .structure import QUERY_GROUPS, Comparison, ComparisonStructure, Stage
+from .structure import ORIENTATIONS, QUERY_GROUPS, Comparison, ComparisonStructure, Stage
 from .triangle import Triangle
 
 __all__ = [
+    "ORIENTATIONS",
     "QUERY_GROUPS",
     "TASKS",
     "AggregateDecode",

@@ -1,5 +1,6 @@
 """Pairwise-comparison tasks: intrinsic-dim and pairwise-min."""
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property, partial
 
@@ -122,7 +123,19 @@ def pairwise_chain(
 
     Stage 1 (data tokens): t retrieves p(t) = argmax_s x(t)^T M x(s).
     Stage 2 (CLS): retrieves argmax_t x(t)^T M x(p(t)), reading the key's chain [t, p(t)].
+    Its mirror (unless M is symmetric) is the chain for M^T, in words with s and t
+    swapped: t retrieves argmax_s x(s)^T M x(t); the same maximum.
     """
+    mirror = None
+    if not np.array_equal(matrix, matrix.T):
+        swapped = words.replace("x(t)", "x(@)").replace("x(s)", "x(t)").replace("x(@)", "x(s)")
+        mirror = _chain(label, matrix.T, tuples, exclude_self, swapped)
+    return dataclasses.replace(_chain(label, matrix, tuples, exclude_self, words), mirror=mirror)
+
+
+def _chain(
+    label: str, matrix: np.ndarray, tuples: int, exclude_self: bool, words: str
+) -> Comparison:
     return Comparison(
         label=label,
         order=2,

@@ -22,9 +22,14 @@ task declares here onto an architecture's heads. Vocabulary (see docs/infoflow.m
   coupled at CLS (position-specific aggregation, needs positional encoding).
 * A comparison with neither stages nor positions (e.g. order 3) has no max-retrieval
   decomposition; only aggregation can resolve it.
+* A comparison may declare its ``mirror``: the same comparison resolved with the roles of
+  query and key swapped (for max_{s,t} x(s)^T A x(t): t retrieves argmax_s x(t)^T A x(s),
+  or argmax_s x(s)^T A x(t)). Both chains compute the same number and InfoFlow does not
+  say which token queries; a trained model picks one, so the engine can follow either
+  (:meth:`ComparisonStructure.oriented`).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,6 +39,8 @@ from .errors import TaskError
 
 QueryGroup = Literal["data", "cls"]
 QUERY_GROUPS: tuple[str, ...] = ("data", "cls")
+ORIENTATIONS: tuple[str, ...] = ("declared", "mirrored")
+"""A comparison is resolved as declared or by its mirror (roles of query and key swapped)."""
 ScoreFunction = Callable[[np.ndarray | None, np.ndarray], np.ndarray]
 
 
@@ -81,6 +88,8 @@ class Comparison:
         positions: fixed 0-based positions coupled at CLS (a positional comparison).
         tuples: number of token tuples compared (the comparison number's share).
         description: the comparison in words.
+        mirror: the same comparison with the roles of query and key swapped (same label,
+            order and tuples; None: there is no other orientation, or it is identical).
     """
 
     label: str
@@ -89,6 +98,7 @@ class Comparison:
     positions: tuple[int, ...] | None = None
     tuples: int = 1
     description: str = ""
+    mirror: "Comparison | None" = None
 
     def __post_init__(self) -> None:
         if self.order < 1:
@@ -101,6 +111,16 @@ class Comparison:
             raise TaskError(
                 f"Comparison {self.label!r}: the last stage must run at 'cls' (the readout), "
                 f"got {self.stages[-1].group!r}"
+            )
+        m = self.mirror
+        if m is not None and (
+            (m.label, m.order, m.tuples) != (self.label, self.order, self.tuples)
+            or [(st.group, st.reads_query, st.reads_key, st.rank) for st in m.stages]
+            != [(st.group, st.reads_query, st.reads_key, st.rank) for st in self.stages]
+        ):
+            raise TaskError(
+                f"Comparison {self.label!r}: its mirror must have the same label, order, "
+                "tuples and stage shapes (groups, reads, ranks); only the scores differ"
             )
 
     @property
@@ -120,6 +140,31 @@ class ComparisonStructure:
         """The comparison order: the largest tuple size among content comparisons."""
         content = [c.order for c in self.comparisons if not c.selects_by_position]
         return max(content, default=1)
+
+    @property
+    def mirrorable(self) -> tuple[bool, ...]:
+        """Per comparison: whether it declares a mirror."""
+        return tuple(c.mirror is not None for c in self.comparisons)
+
+    def oriented(self, orientation: Sequence[str]) -> "ComparisonStructure":
+        """The structure with comparison i resolved as ``orientation[i]`` ("declared" or
+        "mirrored"); the program's shape and cost do not change, only which key each
+        retrieval picks."""
+        if len(orientation) != len(self.comparisons):
+            raise TaskError(
+                f"orientation: expected one entry per comparison ({len(self.comparisons)}: "
+                f"{[c.label for c in self.comparisons]}), got {len(orientation)}"
+            )
+        comparisons = []
+        for c, o in zip(self.comparisons, orientation, strict=True):
+            if o not in ORIENTATIONS:
+                raise TaskError(
+                    f"orientation of {c.label!r}: expected one of {ORIENTATIONS}, got {o!r}"
+                )
+            if o == "mirrored" and c.mirror is None:
+                raise TaskError(f"orientation of {c.label!r}: this comparison has no mirror")
+            comparisons.append(c.mirror if o == "mirrored" else c)
+        return ComparisonStructure(comparisons=tuple(comparisons), combine=self.combine)
 
     @property
     def number(self) -> int:

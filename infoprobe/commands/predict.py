@@ -21,11 +21,14 @@ from infoprobe.infoflow import (
     grid_figure,
     predict,
     prediction_grid,
+    read_sets,
     write_sets,
 )
 from infoprobe.infoflow.grid import default_heads
 from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
+from infoprobe.orientation import recorded_orientation
 from infoprobe.pipeline import predict_for_cache
+from infoprobe.tasks import ORIENTATIONS
 
 DESCRIPTION = """\
 Predict, from the InfoFlow theory alone (no training), whether an architecture can
@@ -43,6 +46,7 @@ examples:
   infoprobe predict --task intrinsic-dim --D 2 --T 8 --heads 2,2 --samples 1000 --out pred.h5
   infoprobe predict --task intrinsic-dim --D 3 --heads 3,3 --grid --grid-T 8,16,32,64
   infoprobe predict --cache runs/x/acts.h5 --out runs/x/pred.h5   # sets of a cache's samples
+  infoprobe predict --task intrinsic-dim --D 2 --T 8 --heads 2,2 --orientation mirrored,declared
 """
 
 
@@ -57,6 +61,19 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from err
+
+
+def _orientation(text: str) -> str | list[str]:
+    """'auto', 'declared', 'mirrored', or a comma list of the last two (one per comparison)."""
+    parts = [part.strip() for part in text.split(",")]
+    allowed = ("auto", *ORIENTATIONS) if len(parts) == 1 else ORIENTATIONS
+    for part in parts:
+        if part not in allowed:
+            raise UsageError(
+                f"--orientation: expected auto, declared, mirrored or a comma list of "
+                f"declared/mirrored (one per comparison), got {text!r}"
+            )
+    return parts[0] if len(parts) == 1 else parts
 
 
 def register(subparsers) -> None:
@@ -82,6 +99,17 @@ def register(subparsers) -> None:
         choices=sorted(KTH_LAWS),
         default="tail",
         help="k-th retrieval cost law: tail = (T-k-1)/(n+1) (default), rank = (k-1)/n",
+    )
+    g.add_argument(
+        "--orientation",
+        default=None,
+        metavar="WHICH",
+        help="which of two equivalent chains resolves each pairwise comparison: 'declared' "
+        "(token t retrieves argmax_s x(t)^T A x(s)), 'mirrored' (argmax_s x(s)^T A x(t): the "
+        "same maximum, query and key swapped), one of the two per comparison "
+        "('mirrored,declared'), or 'auto' (with --cache: the one the model's heads "
+        "implement, read from the cached attention patterns; see docs/infoflow.md). "
+        "Default: auto with --cache, declared otherwise",
     )
     g.add_argument("--json", action="store_true", help="print the prediction as JSON")
     g.add_argument(
@@ -126,8 +154,12 @@ def run(args: argparse.Namespace) -> int:
     if args.cache is not None:
         if args.out is None:
             raise UsageError("--cache needs --out PRED.h5")
-        path = predict_for_cache(args.cache, args.out, overwrite=args.overwrite)
+        orientation = _orientation(args.orientation or "auto")
+        path = predict_for_cache(
+            args.cache, args.out, orientation=orientation, overwrite=args.overwrite
+        )
         print(f"wrote predicted sets of the samples of {args.cache} to {path}")
+        print("orientation:", recorded_orientation(read_sets(path).provenance.get("orientation")))
         return 0
     if args.task is None:
         raise UsageError("give --task NAME (and its parameters), or --cache ACTS.h5 --out PRED.h5")
@@ -139,14 +171,21 @@ def run(args: argparse.Namespace) -> int:
         check_writable(out, "predicted-sets file")
     task = task_from_args(args)
     config = model_config_from_args(args, task)
-    prediction = predict(task, config, kth_law=args.kth_law)
+    orientation = _orientation(args.orientation or "declared")
+    if orientation == "auto":
+        raise UsageError("--orientation auto reads a model's attention: it needs --cache ACTS.h5")
+    if isinstance(orientation, str):
+        mirrorable = task.structure().mirrorable
+        orientation = [orientation if m else "declared" for m in mirrorable]
+    prediction = predict(task, config, kth_law=args.kth_law, orientation=orientation)
     if args.grid:
         return _run_grid(args, task, prediction)
     print(json.dumps(prediction.to_dict(), indent=2) if args.json else prediction.describe())
     if args.out is not None:
         x, _ = task.sample(args.samples, np.random.default_rng(args.data_seed))
         provenance = {"data_seed": args.data_seed, "samples": args.samples,
-                      "generator": "numpy.random.default_rng(data_seed)"}  # fmt: skip
+                      "generator": "numpy.random.default_rng(data_seed)",
+                      "orientation": "given: " + ", ".join(prediction.orientation)}  # fmt: skip
         path = write_sets(args.out, prediction, x, provenance,
                           overwrite=args.overwrite, progress=not args.quiet)  # fmt: skip
         if not args.json:

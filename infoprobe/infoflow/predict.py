@@ -1,12 +1,13 @@
 """predict(task, arch): the cheapest program, its exponent in T, the verdict, the sets."""
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from infoprobe.tasks import Task
+from infoprobe.tasks import ComparisonStructure, Task, TaskError
 
 from .arch import Architecture, as_architecture
 from .cost import DEFAULT_KTH_LAW, KTH_LAWS, Exponent, KthLaw
@@ -29,10 +30,25 @@ def resolve_kth_law(kth_law: str | KthLaw) -> KthLaw:
     return KTH_LAWS[kth_law]
 
 
-def cheapest_program(task: Task, arch: Architecture, kth_law: KthLaw) -> tuple[Program, Exponent]:
-    """Search the task's constructions and the generic fallbacks; return the cheapest
-    (bounded exponents first, then the slowest growth, then the value at the task's T)."""
+def oriented_structure(task: Task, orientation: Sequence[str] | None) -> ComparisonStructure:
+    """The task's comparison structure, comparison i resolved as ``orientation[i]``
+    ("declared" or "mirrored"; None: all as declared)."""
     structure = task.structure()
+    if orientation is None:
+        return structure
+    try:
+        return structure.oriented(tuple(orientation))
+    except TaskError as err:
+        raise InfoFlowError(f"task {task.name}: {err}") from None
+
+
+def cheapest_program(
+    task: Task, arch: Architecture, kth_law: KthLaw, structure: ComparisonStructure | None = None
+) -> tuple[Program, Exponent]:
+    """Search the task's constructions and the generic fallbacks; return the cheapest
+    (bounded exponents first, then the slowest growth, then the value at the task's T).
+    ``structure``: the task's structure in some orientation (default: as declared)."""
+    structure = task.structure() if structure is None else structure
     candidates = [
         derive_program(structure, arch),
         derive_program(structure, arch, use_kth=False),
@@ -66,7 +82,9 @@ class Prediction:
     Attributes: ``program`` (the cheapest program), ``exponent`` (alpha as a function of T:
     call it, ``exponent(task.T)``), ``verdict`` ("efficient" iff alpha is bounded in T),
     ``explanation`` (words), ``min_heads`` (heads per layer making it efficient at this
-    depth and width, or None), ``comparison_number`` and ``comparison_order``.
+    depth and width, or None), ``comparison_number`` and ``comparison_order``,
+    ``orientation`` (per comparison of the task: "declared" or "mirrored", the roles of
+    query and key swapped; see :meth:`infoprobe.tasks.ComparisonStructure.oriented`).
     """
 
     task: Task
@@ -79,6 +97,7 @@ class Prediction:
     comparison_number: int
     comparison_order: int
     kth_law: str
+    orientation: tuple[str, ...] = ()
 
     @property
     def efficient(self) -> bool:
@@ -113,6 +132,10 @@ class Prediction:
             "comparison_number": self.comparison_number,
             "comparison_order": self.comparison_order,
             "kth_law": self.kth_law,
+            "orientation": {
+                c.label: o
+                for c, o in zip(self.program.structure.comparisons, self.orientation, strict=True)
+            },
             "aggregated": [
                 self.program.structure.comparisons[i].label for i in self.program.aggregated
             ],
@@ -186,6 +209,7 @@ def predict(
     *,
     kth_law: str | KthLaw = DEFAULT_KTH_LAW,
     search_min_heads: bool = True,
+    orientation: Sequence[str] | None = None,
     **arch_kwargs: Any,
 ) -> Prediction:
     """InfoFlow prediction for ``task`` on ``arch``.
@@ -193,7 +217,9 @@ def predict(
     ``arch``: an ``infoprobe.model.ModelConfig``, an :class:`Architecture`, or a sequence of
     heads per layer with keywords ``d_model``, ``d_head``, ``pos_encoding`` (see
     :func:`as_architecture`). ``kth_law``: "tail" (default, (T-k-1)/(n+1)), "rank"
-    ((k-1)/n) or a callable ``(k, n) -> Affine``.
+    ((k-1)/n) or a callable ``(k, n) -> Affine``. ``orientation``: per comparison of the
+    task, "declared" or "mirrored" (None: all declared); it changes which key each
+    retrieval picks, never the program's shape, cost or verdict.
     """
     architecture = as_architecture(arch, **arch_kwargs)
     if hasattr(arch, "n_ctx") and arch.n_ctx != task.T:
@@ -201,7 +227,8 @@ def predict(
             f"architecture field 'n_ctx' is {arch.n_ctx} but the task has T={task.T}"
         )
     law = resolve_kth_law(kth_law)
-    program, exponent = cheapest_program(task, architecture, law)
+    structure = oriented_structure(task, orientation)
+    program, exponent = cheapest_program(task, architecture, law, structure)
     program.check(architecture)
     structure = program.structure
     return Prediction(
@@ -215,4 +242,5 @@ def predict(
         comparison_number=structure.number,
         comparison_order=structure.order,
         kth_law=kth_law if isinstance(kth_law, str) else getattr(kth_law, "__name__", "custom"),
+        orientation=tuple(orientation or ("declared",) * len(structure.comparisons)),
     )

@@ -24,6 +24,7 @@ from infoprobe.atomic import atomic_output
 from infoprobe.compare import CAVEAT, Comparison, Crosstab, Observations
 from infoprobe.header import make_header
 from infoprobe.jsonable import jsonable
+from infoprobe.orientation import recorded_orientation
 from infoprobe.report import figures
 from infoprobe.report.html import render_html
 from infoprobe.sources import Compared, Sources
@@ -146,6 +147,9 @@ def from_sources(
         "task parameters": ", ".join(f"{k}={v}" for k, v in task.get("params", {}).items()),
         "heads per layer": ", ".join(map(str, arch.get("heads", []))) or None,
         "InfoFlow verdict": sources.sets_file.prediction.get("verdict"),
+        "comparison orientation": recorded_orientation(
+            sources.sets_file.provenance.get("orientation")
+        ),
         "samples compared": int(sources.predicted.shape[1]),
         "instruments": ", ".join(sources.instruments),
         "alignment": "; ".join(sources.notes) or None,
