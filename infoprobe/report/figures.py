@@ -243,41 +243,12 @@ def sample_view(
     panel = min(1.0 + 0.17 * tokens, MAX_FIGURE_WIDTH / ncols)
     fig = Figure(figsize=(ncols * panel + 0.8, layers * panel + 1.0), layout="constrained")
     axes = fig.subplots(layers, ncols, squeeze=False)
-    labels = _token_labels(tokens)
     for layer in range(layers):
-        col = 0
-        for name, sets in set_columns.items():
-            ax = axes[layer, col]
-            _set_panel(ax, sets[layer].astype(int), ListedColormap(["#ffffff", PREDICTED_COLOR]), 1)
-            ax.set_title(name, fontsize=9)
-            col += 1
-        if observed is not None:
-            ax = axes[layer, col]
-            codes = set_agreement_codes(predicted[layer, :, :positions], observed[layer])
-            _set_panel(ax, codes, SET_VIEW_CMAP, 3)
-            ax.set_title("observed vs InfoFlow", fontsize=9)
-            col += 1
-        for ax in axes[layer, :col]:
-            _ticks(ax, positions, "x", most=8)
-            _ticks(ax, tokens, "y", labels, most=8)
-        axes[layer, 0].set_ylabel(f"layer {layer}\ntoken t")
+        col = _draw_set_row(axes[layer], layer, set_columns, predicted, observed)
         block = layer - 1
         for head in range(max_heads):
-            ax = axes[layer, col + head]
-            if block < 0 or head >= patterns[block].shape[0]:
-                ax.set_axis_off()
-                continue
-            attention_image = ax.imshow(
-                patterns[block][head],
-                cmap="magma",
-                vmin=0.0,
-                vmax=1.0,
-                interpolation="nearest",
-                aspect="equal",
-            )
-            ax.set_title(f"block {block} head {head}", fontsize=9)
-            _ticks(ax, tokens, "x", labels, most=8)
-            _ticks(ax, tokens, "y", labels, most=8)
+            image = _draw_head(axes[layer, col + head], patterns, block, head, tokens)
+            attention_image = image or attention_image
     for ax in axes[-1, :]:
         if ax.axison:
             ax.set_xlabel("position s (key)")
@@ -285,6 +256,64 @@ def sample_view(
         fig.colorbar(
             attention_image, ax=axes[1:, -max_heads:], shrink=0.7, label="attention weight"
         )
+    _set_view_legend(fig, ncols)
+    title = "one sample" if sample is None else f"sample {sample}"
+    fig.suptitle(
+        f"{title}: information sets per layer and attention patterns "
+        "(attention: rows = query token, columns = key)"
+    )
+    return fig
+
+
+def _draw_set_row(
+    row: np.ndarray,
+    layer: int,
+    set_columns: Mapping[str, np.ndarray],
+    predicted: np.ndarray,
+    observed: np.ndarray | None,
+) -> int:
+    """One layer's set panels (each predictor, then observed vs InfoFlow) in the axes
+    ``row``; returns the number of columns drawn."""
+    tokens = predicted.shape[1]
+    positions = tokens - 1
+    col = 0
+    for name, sets in set_columns.items():
+        ax = row[col]
+        _set_panel(ax, sets[layer].astype(int), ListedColormap(["#ffffff", PREDICTED_COLOR]), 1)
+        ax.set_title(name, fontsize=9)
+        col += 1
+    if observed is not None:
+        ax = row[col]
+        codes = set_agreement_codes(predicted[layer, :, :positions], observed[layer])
+        _set_panel(ax, codes, SET_VIEW_CMAP, 3)
+        ax.set_title("observed vs InfoFlow", fontsize=9)
+        col += 1
+    labels = _token_labels(tokens)
+    for ax in row[:col]:
+        _ticks(ax, positions, "x", most=8)
+        _ticks(ax, tokens, "y", labels, most=8)
+    row[0].set_ylabel(f"layer {layer}\ntoken t")
+    return col
+
+
+def _draw_head(ax: Axes, patterns: Sequence[np.ndarray], block: int, head: int, tokens: int):
+    """Head ``head`` of block ``block``'s pattern [T+1, T+1] in ``ax`` (axis off where
+    there is none); returns the image, or None."""
+    if block < 0 or head >= patterns[block].shape[0]:
+        ax.set_axis_off()
+        return None
+    image = ax.imshow(
+        patterns[block][head], cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest",
+        aspect="equal",
+    )  # fmt: skip
+    ax.set_title(f"block {block} head {head}", fontsize=9)
+    labels = _token_labels(tokens)
+    _ticks(ax, tokens, "x", labels, most=8)
+    _ticks(ax, tokens, "y", labels, most=8)
+    return image
+
+
+def _set_view_legend(fig: Figure, ncols: int) -> None:
     handles = [
         Patch(color=PREDICTED_COLOR, label="predicted"),
         Patch(color=AGREE_COLOR, label="predicted and observed"),
@@ -298,12 +327,6 @@ def sample_view(
         frameon=False,
         fontsize=9,
     )
-    title = "one sample" if sample is None else f"sample {sample}"
-    fig.suptitle(
-        f"{title}: information sets per layer and attention patterns "
-        "(attention: rows = query token, columns = key)"
-    )
-    return fig
 
 
 SWEEP_METRICS = (
