@@ -28,6 +28,7 @@ from infoprobe.reproduce.claims import (
     intrinsic_dim,
     triangle,
 )
+from infoprobe.reproduce.claims.argmax_probe import argmax_points
 from infoprobe.reproduce.claims.defaults import (
     PAPER_LR_NOTE,
     PAPER_SEEDS,
@@ -39,7 +40,21 @@ from infoprobe.reproduce.claims.defaults import (
     paper_runtime,
     task,
 )
+from infoprobe.reproduce.claims.depth_separation import depth_check, depth_points
+from infoprobe.reproduce.claims.fixed_positions import fixed_positions_points
+from infoprobe.reproduce.claims.head_count import head_count_points
+from infoprobe.reproduce.claims.intrinsic_dim import intrinsic_dim_points
+from infoprobe.reproduce.claims.triangle import triangle_points
 from infoprobe.reproduce.grid import Claim, ReproduceError
+
+# The names these settings had when all claims were one module.
+INTRINSIC_QUICK_D2_SEEDS = intrinsic_dim.QUICK_D2_SEEDS
+INTRINSIC_QUICK_D2_TRAIN = intrinsic_dim.QUICK_D2_TRAIN
+INTRINSIC_QUICK_D2_MODEL = {"init_gain": intrinsic_dim.QUICK_D2_INIT_GAIN}  # ModelConfig fields
+PAPER_INTRINSIC_WIDTHS = intrinsic_dim.PAPER_WIDTHS
+TRIANGLE_MODELS = triangle.MODELS
+DEPTH_MATCHED = depth_separation.MATCHED
+DEPTH_WIDTHS = depth_separation.WIDTHS
 
 INTRINSIC_DIM = intrinsic_dim.CLAIM
 TRIANGLE = triangle.CLAIM
@@ -73,19 +88,33 @@ def get_claim(name: str | Claim) -> Claim:
 __all__ = [
     "ARGMAX_PROBE",
     "CLAIMS",
+    "DEPTH_MATCHED",
     "DEPTH_SEPARATION",
+    "DEPTH_WIDTHS",
     "FIXED_POSITIONS",
     "HEAD_COUNT",
     "INTRINSIC_DIM",
+    "INTRINSIC_QUICK_D2_MODEL",
+    "INTRINSIC_QUICK_D2_SEEDS",
+    "INTRINSIC_QUICK_D2_TRAIN",
+    "PAPER_INTRINSIC_WIDTHS",
     "PAPER_LR_NOTE",
     "PAPER_SEEDS",
     "PAPER_TRAIN",
     "QUICK_SEEDS",
     "QUICK_TRAIN",
     "TRIANGLE",
+    "TRIANGLE_MODELS",
     "arch",
+    "argmax_points",
+    "depth_check",
+    "depth_points",
+    "fixed_positions_points",
     "get_claim",
+    "head_count_points",
     "heads_label",
+    "intrinsic_dim_points",
     "paper_runtime",
     "task",
+    "triangle_points",
 ]
