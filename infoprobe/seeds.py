@@ -28,6 +28,7 @@ from infoprobe.checkpoint import read_checkpoint_meta, save_checkpoint
 from infoprobe.ensemble import EnsembleError, train_ensemble
 from infoprobe.header import check_header, make_header
 from infoprobe.model import ModelConfig
+from infoprobe.tasks import Task
 from infoprobe.train import TrainConfig, TrainResult
 
 FORMAT = "infoprobe.seeds"
@@ -40,7 +41,7 @@ def seed_dir(out: Path, seed: int) -> Path:
     return out / f"seed-{seed}"
 
 
-def _settings(task: Any, model_cfg: ModelConfig, cfg: TrainConfig, seeds: Sequence[int]):
+def _settings(task: Task, model_cfg: ModelConfig, cfg: TrainConfig, seeds: Sequence[int]):
     train = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "compile", "device")}
     return {
         "task": task.to_dict(),
@@ -81,7 +82,7 @@ def write_summary(out: Path, settings: dict, metrics: dict[int, dict]) -> Path:
 
 
 def differing_settings(
-    out: Path, task: Any, model_cfg: ModelConfig, cfg: TrainConfig, seeds: Sequence[int]
+    out: Path, task: Task, model_cfg: ModelConfig, cfg: TrainConfig, seeds: Sequence[int]
 ) -> list[str]:
     """The settings fields in which the seeds folder ``out`` differs from these."""
     settings = json.loads(json.dumps(_settings(task, model_cfg, cfg, seeds)))
@@ -117,7 +118,7 @@ def prepare_folder(out: Path, differ: Callable[[], list[str]], overwrite: bool) 
 
 
 def train_seeds(
-    task: Any,
+    task: Task,
     model_cfg: ModelConfig,
     cfg: TrainConfig,
     seeds: Sequence[int],

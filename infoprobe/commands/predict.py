@@ -16,6 +16,7 @@ from infoprobe.errors import UsageError
 from infoprobe.infoflow import (
     KTH_LAWS,
     InfoFlowError,
+    Prediction,
     as_architecture,
     format_grid,
     grid_figure,
@@ -28,7 +29,7 @@ from infoprobe.infoflow.grid import default_heads
 from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
 from infoprobe.orientation import recorded_orientation
 from infoprobe.pipeline import predict_for_cache
-from infoprobe.tasks import ORIENTATIONS
+from infoprobe.tasks import ORIENTATIONS, Task
 
 DESCRIPTION = """\
 Predict, from the InfoFlow theory alone (no training), whether an architecture can
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_grid(args: argparse.Namespace, task, prediction) -> int:
+def _run_grid(args: argparse.Namespace, task: Task, prediction: Prediction) -> int:
     arch = as_architecture(prediction.arch)
     extra = [prediction.min_heads] if prediction.min_heads else []
     heads_list = args.grid_heads or default_heads(arch, extra)
