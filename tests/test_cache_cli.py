@@ -171,6 +171,39 @@ def test_help_teaches_both_forms(capsys):
     assert "residual" in text and "re:REGEX" in text and "examples:" in text
 
 
+def test_info_is_a_subcommand_with_its_own_help(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["cache", "info", "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: infoprobe cache info FILE")
+    assert "examples:" in text and "infoprobe cache info runs/" in text
+    assert "--out" not in text  # the write form's options are not the subcommand's
+
+
+def test_write_form_takes_options_on_either_side_and_a_folder_named_info(
+    checkpoint, tmp_path, capsys, monkeypatch
+):
+    documented, before = tmp_path / "documented.h5", tmp_path / "before.h5"
+    assert main(cache_argv(checkpoint, documented, sites="layers")) == 0
+    options = ["--n", str(N), "--batch", str(BATCH), "--sites", "layers", "--quiet"]
+    assert main(["cache", *options, str(checkpoint), "--out", str(before)]) == 0
+    with open_cache(documented) as a, open_cache(before) as b:
+        for (path, x), (_, y) in zip(a.datasets(), b.datasets(), strict=True):
+            assert np.array_equal(x[()], y[()]), path
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "info").symlink_to(checkpoint, target_is_directory=True)
+    assert main(["cache", "./info", *options, "--out", "named.h5"]) == 0
+    with open_cache(tmp_path / "named.h5") as c, open_cache(documented) as a:
+        assert np.array_equal(c.x[()], a.x[()])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["cache", str(checkpoint), "extra", "--out", "x.h5"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: extra" in capsys.readouterr().err
+    assert not (tmp_path / "x.h5").exists()
+
+
 def test_cli_resumes_an_interrupted_cache_and_info_reports_it(
     checkpoint, tmp_path, capsys, monkeypatch
 ):
