@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from infoprobe.atomic import refuse_existing, remove_stale_temps
 from infoprobe.hooks import CacheFile, layer_sites, open_cache
+from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.controls import (
     check_control_compatible,
     conditional_baseline,
@@ -32,7 +34,9 @@ from infoprobe.probes.controls import (
 from infoprobe.probes.errors import ControlMismatchError, MissingSiteError, ProbeInputError
 from infoprobe.probes.linear import LinearProbeScores, ProbeTargets, fit_linear_probes
 from infoprobe.probes.metrics import identification_hits
+from infoprobe.probes.mlp import MLPProbeFit, fit_mlp_probe_sets
 from infoprobe.probes.observed import Thresholds, aggregate_observed, per_sample_observed
+from infoprobe.probes.query import QueryProbeFit, fit_query_probe_sets
 from infoprobe.probes.results import FORMAT as RESULTS_FORMAT
 from infoprobe.probes.results import ProbeResults
 from infoprobe.probes.ridge import DEFAULT_ALPHAS
@@ -42,6 +46,31 @@ from infoprobe.probes.validate import check_finite
 
 PROBES = ("linear", "mlp", "query")
 TARGETS = ("positions", "roles")
+
+
+class Control(StrEnum):
+    """The ``control`` level of a score key: the probe itself (``none``), a control, or the
+    selectivity against the controls."""
+
+    NONE = "none"
+    SHUFFLED = "shuffled"
+    RANDOM_INIT = "random_init"
+    CONDITIONAL = "conditional"
+    SELECTIVITY = "selectivity"
+
+
+class Metric(StrEnum):
+    """The ``metric`` level of a score key."""
+
+    R2 = "r2"
+    NMSE = "nmse"
+    IDENTIFICATION = "identification"
+    ALPHA = "alpha"
+
+
+BUDGET_KEYS = {"epochs": "mlp_epochs", "patience": "mlp_patience"}
+BUDGET_KEYS |= {"batch_size": "mlp_batch_size", "lr": "mlp_lr"}
+"""Budget fields always written to the settings record, under these names."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +88,9 @@ class ProbeSettings:
         ranks: attention ranks of the role targets (1 = most attended key).
         block_size: samples per streamed block (None: about 64 MiB of states).
         thresholds: membership thresholds of the observed sets.
-        mlp_hidden, mlp_epochs, mlp_patience, mlp_batch_size, mlp_lr: MLP / query probe
-            budget (the same for every probe; see ``infoprobe.probes.batched_training``).
+        mlp_hidden: hidden width of the MLP / query probes.
+        budget: the training budget of the MLP / query probes, the same for every probe
+            (:class:`~infoprobe.probes.batched_training.TrainingBudget`).
         device: torch device.
     """
 
@@ -74,10 +104,7 @@ class ProbeSettings:
     block_size: int | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     mlp_hidden: int = 64
-    mlp_epochs: int = 100
-    mlp_patience: int = 10
-    mlp_batch_size: int = 256
-    mlp_lr: float = 1e-3
+    budget: TrainingBudget = field(default_factory=TrainingBudget)
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -90,11 +117,28 @@ class ProbeSettings:
                 f"targets 'roles': expected probe 'linear', got {self.probe!r} "
                 "(role targets use the streamed ridge probes)"
             )
+        if not isinstance(self.budget, TrainingBudget):
+            raise ProbeInputError(
+                f"budget: expected a TrainingBudget, got {type(self.budget).__name__} "
+                f"{self.budget!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict."""
+        """Plain JSON-able dict. The budget is flattened into ``mlp_epochs``,
+        ``mlp_patience``, ``mlp_batch_size`` and ``mlp_lr``; its weight decay, optimiser
+        and seed are added (as ``mlp_<field>``) only where they differ from
+        ``TrainingBudget()``'s, so records of default budgets keep one layout."""
         out = asdict(self)
         out["alphas"] = list(self.alphas)
+        budget, device = out.pop("budget"), out.pop("device")
+        out |= {name: budget[key] for key, name in BUDGET_KEYS.items()}
+        default = asdict(TrainingBudget())
+        out |= {
+            f"mlp_{key}": value
+            for key, value in budget.items()
+            if key not in BUDGET_KEYS and value != default[key]
+        }
+        out["device"] = device
         return out
 
 
@@ -102,7 +146,7 @@ class ProbeSettings:
 class _Source:
     """The layer sites of one open cache, streamed as cells ``[b, (L+1)(T+1), E]``."""
 
-    cache: Any
+    cache: CacheFile
     sites: list[str]
     block_size: int | None
 
@@ -125,7 +169,7 @@ class _Source:
         return f"{self.cache.path}:{','.join(self.sites)}"
 
 
-def _open_layers(path: str | os.PathLike[str]) -> tuple[Any, list[str]]:
+def _open_layers(path: str | os.PathLike[str]) -> tuple[CacheFile, list[str]]:
     cache = open_cache(path)
     sites = layer_sites(cache.n_blocks)
     missing = [s for s in sites if s not in cache.hook_names]
@@ -139,7 +183,7 @@ def _open_layers(path: str | os.PathLike[str]) -> tuple[Any, list[str]]:
     return cache, sites
 
 
-def _check_control(main: Any, control: Any, x: np.ndarray) -> None:
+def _check_control(main: CacheFile, control: CacheFile, x: np.ndarray) -> None:
     seed = control.provenance.get("random_init_seed")
     if seed is None:
         raise ControlMismatchError(
@@ -244,7 +288,6 @@ def probe_cache(
         check_finite(x, f"{cache.path}:/inputs/x")
         n, T, d = x.shape
         split = make_split(n, settings.fractions, settings.split_seed)
-        main = _Source(cache, sites, settings.block_size)
         ctrl_source = None
         if control_path is not None:
             control, ctrl_sites = _open_layers(control_path)
@@ -261,12 +304,21 @@ def probe_cache(
             control_provenance=control.provenance if control is not None else None,
             test_index=np.flatnonzero(split == TEST),
         )
+        run = _ProbeRun(
+            results,
+            _Source(cache, sites, settings.block_size),
+            ctrl_source,
+            x,
+            split,
+            settings,
+            progress,
+        )
         if settings.targets == "roles":
-            _probe_roles(results, main, ctrl_source, x, split, settings, partners, progress)
+            run.probe_roles(partners)
         elif settings.probe == "linear":
-            _probe_positions_linear(results, main, ctrl_source, x, split, settings, progress)
+            run.probe_positions_linear()
         else:
-            _probe_positions_mlp(results, main, ctrl_source, x, split, settings, progress)
+            run.probe_positions_batched()
         return results
     finally:
         cache.close()
@@ -274,176 +326,194 @@ def probe_cache(
             control.close()
 
 
-def _fit_linear(
-    res: ProbeResults,
-    key: tuple[str, str],
-    main: _Source,
-    ctrl: _Source | None,
-    targets: ProbeTargets,
-    split: np.ndarray,
-    settings: ProbeSettings,
-    progress: bool,
-) -> tuple[LinearProbeScores, np.ndarray | None]:
-    """Fit the linear probes on the main cache (and the random-init control, if any).
+@dataclass
+class _ProbeRun:
+    """One probing run: the results it fills, the states it reads (the cache and the
+    random-init control, if any), the inputs ``x [n, T, d]``, the split ``[n]`` and the
+    settings. Scores are stored under ``(targets, probe, control, metric)``."""
 
-    Records R², NMSE, identification and the shuffled control under ``key``, and the
-    random-init control's R²; returns the main fit and the control's R² [L+1, T+1, S].
-    """
-    n_layers = len(res.sites)
-    fit = fit_linear_probes(
-        main.blocks,
-        targets,
-        split,
-        alphas=settings.alphas,
-        shuffle_seed=settings.shuffle_seed,
-        source_name=main.name,
-        device=settings.device,
-        progress=progress,
-    )
-    assert fit.shuffled_r2 is not None and fit.per_sample_error is not None
-    for metric in ("r2", "nmse", "identification"):
-        res.scores[(*key, "none", metric)] = _cells(getattr(fit, metric), n_layers)
-    res.scores[(*key, "shuffled", "r2")] = _cells(fit.shuffled_r2, n_layers)
-    if ctrl is None:
-        return fit, None
-    control = fit_linear_probes(
-        ctrl.blocks,
-        targets,
-        split,
-        alphas=settings.alphas,
-        shuffle_seed=None,
-        second_pass=False,
-        source_name=ctrl.name,
-        device=settings.device,
-        progress=progress,
-    )
-    random_r2 = _cells(control.r2, n_layers)
-    res.scores[(*key, "random_init", "r2")] = random_r2
-    return fit, random_r2
+    results: ProbeResults
+    main: _Source
+    control: _Source | None
+    x: np.ndarray
+    split: np.ndarray
+    settings: ProbeSettings
+    progress: bool
 
+    @property
+    def n_layers(self) -> int:
+        return len(self.results.sites)
 
-def _probe_positions_linear(
-    res: ProbeResults,
-    main: _Source,
-    ctrl: _Source | None,
-    x: np.ndarray,
-    split: np.ndarray,
-    settings: ProbeSettings,
-    progress: bool,
-) -> None:
-    n_layers, T = len(res.sites), res.T
-    targets = ProbeTargets(values=x, inputs=x, true_index=np.arange(T))
-    key = ("positions", "linear")
-    fit, _ = _fit_linear(res, key, main, ctrl, targets, split, settings, progress)
-    res.scores[(*key, "none", "alpha")] = _cells(fit.alpha, n_layers)
-    _position_sets(res, key, settings.thresholds)
-    errors = _per_sample(fit.per_sample_error, n_layers)
-    res.per_sample[(*key, "none")] = errors
-    th = settings.thresholds
-    res.observed[("positions", "per_sample")] = per_sample_observed(errors, th.tau_sample)
+    @property
+    def targets(self) -> str:
+        return self.settings.targets
 
+    def put(self, control: Control, metric: Metric, scores: np.ndarray) -> None:
+        """Store ``scores [L+1, T+1, S]`` under this run's targets and probe."""
+        key = (self.targets, self.settings.probe, control.value, metric.value)
+        self.results.scores[key] = scores
 
-def _position_sets(res: ProbeResults, key: tuple[str, str], th: Thresholds) -> None:
-    """Selectivity (vs every control present) and the aggregate observed sets (vs the
-    gating controls of ``th.gate``)."""
-    r2 = res.scores[(*key, "none", "r2")]
-    present = {c: res.scores.get((*key, c, "r2")) for c in ("shuffled", "random_init")}
-    res.scores[(*key, "selectivity", "r2")] = r2 - control_level(*present.values())
-    gating = [present[c] for c in th.gate if present.get(c) is not None]
-    level = control_level(*gating) if gating else np.zeros_like(r2)
-    res.observed[("positions", "aggregate")] = aggregate_observed(r2, level, th.tau, th.margin)
+    def get(self, control: Control, metric: Metric = Metric.R2) -> np.ndarray | None:
+        """The stored ``[L+1, T+1, S]`` scores, or None."""
+        key = (self.targets, self.settings.probe, control.value, metric.value)
+        return self.results.scores.get(key)
 
+    def put_cells(self, control: Control, metric: Metric, scores: np.ndarray) -> np.ndarray:
+        """Store per-cell ``scores [C, S]`` as ``[L+1, T+1, S]`` and return them so."""
+        by_layer = _cells(scores, self.n_layers)
+        self.put(control, metric, by_layer)
+        return by_layer
 
-def _probe_roles(
-    res: ProbeResults,
-    main: _Source,
-    ctrl: _Source | None,
-    x: np.ndarray,
-    split: np.ndarray,
-    settings: ProbeSettings,
-    partners: dict[str, np.ndarray] | None,
-    progress: bool,
-) -> None:
-    n_layers, T = len(res.sites), res.T
-    base = _roles(main.cache)
-    roles = [AttentionRole(r.block, r.head, k) for k in settings.ranks for r in base]
-    names = [r.name for r in roles]
-    idx = _role_partners(main.cache, roles, settings.block_size)  # [n, R, T+1]
-    for name, extra in (partners or {}).items():
-        arr = np.asarray(extra)
-        if arr.shape != (x.shape[0], T + 1):
-            raise ProbeInputError(
-                f"partners[{name!r}]: expected shape {(x.shape[0], T + 1)}, got {arr.shape}"
-            )
-        idx = np.concatenate([idx, arr[:, None, :].astype(np.int64)], axis=1)
-        names.append(name)
-    values = einops.rearrange(gather_partner_inputs(x, idx), "n r t d -> n t r d")
-    targets = ProbeTargets(
-        values=values,
-        inputs=x,
-        true_index=einops.rearrange(idx, "n r t -> n t r"),
-        cell_row=np.tile(np.arange(T + 1), n_layers),
-    )
-    key = ("roles", "linear")
-    fit, random_r2 = _fit_linear(res, key, main, ctrl, targets, split, settings, progress)
-    r2 = res.scores[(*key, "none", "r2")]
-    cond = conditional_baseline(r2)
-    res.scores[(*key, "conditional", "r2")] = cond
-    res.scores[(*key, "conditional", "nmse")] = 1.0 - cond
-    if random_r2 is not None:
-        res.scores[(*key, "random_init", "nmse")] = 1.0 - random_r2
-    res.scores[(*key, "selectivity", "r2")] = r2 - control_level(cond, random_r2)
-    res.per_sample[(*key, "none")] = _per_sample(fit.per_sample_error, n_layers)
-    res.role_names = names
-    res.role_partners = idx[split == TEST]
+    def put_errors(self, errors: np.ndarray) -> np.ndarray:
+        """Store per-sample test errors ``[n_test, C, S]`` as ``[L+1, n_test, T+1, S]``."""
+        per_sample = _per_sample(errors, self.n_layers)
+        self.results.per_sample[(self.targets, self.settings.probe, Control.NONE.value)] = (
+            per_sample
+        )
+        return per_sample
 
+    # ------------------------------------------------------------------ linear probes
 
-def _probe_positions_mlp(
-    res: ProbeResults,
-    main: _Source,
-    ctrl: _Source | None,
-    x: np.ndarray,
-    split: np.ndarray,
-    settings: ProbeSettings,
-    progress: bool,
-) -> None:
-    from infoprobe.probes.mlp import fit_mlp_probes
-    from infoprobe.probes.query import fit_query_probe
+    def fit_linear(self, targets: ProbeTargets) -> tuple[LinearProbeScores, np.ndarray | None]:
+        """Fit the linear probes on the main cache (and the random-init control, if any).
 
-    n_layers = len(res.sites)
-    fit_fn = fit_mlp_probes if settings.probe == "mlp" else fit_query_probe
-    idx = [np.flatnonzero(split == s) for s in (TRAIN, VAL, TEST)]
-    budget = {
-        "hidden": settings.mlp_hidden,
-        "epochs": settings.mlp_epochs,
-        "patience": settings.mlp_patience,
-        "batch_size": settings.mlp_batch_size,
-        "lr": settings.mlp_lr,
-        "device": settings.device,
-        "progress": progress,
-    }
-    states = main.load()
-    fit = fit_fn(states, x, *idx, **budget)
-    key = ("positions", settings.probe)
-    r2 = _cells(fit.r2, n_layers)
-    res.scores[(*key, "none", "r2")] = r2
-    res.scores[(*key, "none", "nmse")] = _cells(fit.nmse, n_layers)
-    hits = identification_hits(fit.test_pred, x[idx[2]], np.arange(res.T)).double().mean(0)
-    res.scores[(*key, "none", "identification")] = _cells(hits.numpy(), n_layers)
-    perm_x = x[shuffled_pairing(split, settings.shuffle_seed)]
-    shuffled = fit_fn(states, perm_x, *idx, **budget)
-    res.scores[(*key, "shuffled", "r2")] = _cells(shuffled.r2, n_layers)
-    del states
-    random_r2 = None
-    if ctrl is not None:
-        random_r2 = _cells(fit_fn(ctrl.load(), x, *idx, **budget).r2, n_layers)
-        res.scores[(*key, "random_init", "r2")] = random_r2
-    _position_sets(res, key, settings.thresholds)
-    th = settings.thresholds
-    if settings.probe == "query":
-        errors = _per_sample(fit.errors, n_layers)
-        res.per_sample[(*key, "none")] = errors
-        res.observed[("positions", "per_sample")] = per_sample_observed(errors, th.tau_sample)
+        Stores R², NMSE, identification, the shuffled control's R² and the random-init
+        control's R²; returns the main fit and the control's R² ``[L+1, T+1, S]``.
+        """
+        common = {
+            "alphas": self.settings.alphas,
+            "device": self.settings.device,
+            "progress": self.progress,
+        }
+        fit = fit_linear_probes(
+            self.main.blocks,
+            targets,
+            self.split,
+            shuffle_seed=self.settings.shuffle_seed,
+            source_name=self.main.name,
+            **common,
+        )
+        assert fit.shuffled_r2 is not None and fit.per_sample_error is not None
+        for metric in (Metric.R2, Metric.NMSE, Metric.IDENTIFICATION):
+            self.put_cells(Control.NONE, metric, getattr(fit, metric.value))
+        self.put_cells(Control.SHUFFLED, Metric.R2, fit.shuffled_r2)
+        if self.control is None:
+            return fit, None
+        control = fit_linear_probes(
+            self.control.blocks,
+            targets,
+            self.split,
+            shuffle_seed=None,
+            second_pass=False,
+            source_name=self.control.name,
+            **common,
+        )
+        return fit, self.put_cells(Control.RANDOM_INIT, Metric.R2, control.r2)
+
+    def probe_positions_linear(self) -> None:
+        """x(s) of every data position from every cell, by ridge."""
+        T = self.results.T
+        targets = ProbeTargets(values=self.x, inputs=self.x, true_index=np.arange(T))
+        fit, _ = self.fit_linear(targets)
+        self.put_cells(Control.NONE, Metric.ALPHA, fit.alpha)
+        self.position_sets()
+        self.per_sample_sets(self.put_errors(fit.per_sample_error))
+
+    def probe_roles(self, partners: dict[str, np.ndarray] | None) -> None:
+        """x at each head's k-th most attended key (and ``partners``), by ridge, beside
+        the conditional baseline."""
+        res, x, T = self.results, self.x, self.results.T
+        cache = self.main.cache
+        base = _roles(cache)
+        roles = [AttentionRole(r.block, r.head, k) for k in self.settings.ranks for r in base]
+        names = [r.name for r in roles]
+        idx = _role_partners(cache, roles, self.settings.block_size)  # [n, R, T+1]
+        for name, extra in (partners or {}).items():
+            arr = np.asarray(extra)
+            if arr.shape != (x.shape[0], T + 1):
+                raise ProbeInputError(
+                    f"partners[{name!r}]: expected shape {(x.shape[0], T + 1)}, got {arr.shape}"
+                )
+            idx = np.concatenate([idx, arr[:, None, :].astype(np.int64)], axis=1)
+            names.append(name)
+        values = einops.rearrange(gather_partner_inputs(x, idx), "n r t d -> n t r d")
+        targets = ProbeTargets(
+            values=values,
+            inputs=x,
+            true_index=einops.rearrange(idx, "n r t -> n t r"),
+            cell_row=np.tile(np.arange(T + 1), self.n_layers),
+        )
+        fit, random_r2 = self.fit_linear(targets)
+        r2 = self.get(Control.NONE)
+        cond = conditional_baseline(r2)
+        self.put(Control.CONDITIONAL, Metric.R2, cond)
+        self.put(Control.CONDITIONAL, Metric.NMSE, 1.0 - cond)
+        if random_r2 is not None:
+            self.put(Control.RANDOM_INIT, Metric.NMSE, 1.0 - random_r2)
+        self.put(Control.SELECTIVITY, Metric.R2, r2 - control_level(cond, random_r2))
+        self.put_errors(fit.per_sample_error)
+        res.role_names = names
+        res.role_partners = idx[self.split == TEST]
+
+    # ------------------------------------------------------------------ observed sets
+
+    def position_sets(self) -> None:
+        """Selectivity (vs every control present) and the aggregate observed sets (vs the
+        gating controls of the thresholds)."""
+        th = self.settings.thresholds
+        r2 = self.get(Control.NONE)
+        present = {c: self.get(Control(c)) for c in ("shuffled", "random_init")}
+        self.put(Control.SELECTIVITY, Metric.R2, r2 - control_level(*present.values()))
+        gating = [present[c] for c in th.gate if present.get(c) is not None]
+        level = control_level(*gating) if gating else np.zeros_like(r2)
+        self.results.observed[("positions", "aggregate")] = aggregate_observed(
+            r2, level, th.tau, th.margin
+        )
+
+    def per_sample_sets(self, errors: np.ndarray) -> None:
+        """Per-sample observed sets from per-sample errors ``[L+1, n_test, T+1, S]``."""
+        tau = self.settings.thresholds.tau_sample
+        self.results.observed[("positions", "per_sample")] = per_sample_observed(errors, tau)
+
+    # ------------------------------------------------------------------ MLP / query probes
+
+    def probe_positions_batched(self) -> None:
+        """x(s) of every data position by MLP or query probes, beside the shuffled and
+        random-init controls, all three fits trained in one pass (one worker pool)."""
+        x, split = self.x, self.split
+        idx = [np.flatnonzero(split == s) for s in (TRAIN, VAL, TEST)]
+        states = self.main.load()
+        datasets = [(states, x)]  # the probe, then the longer fits first: the pool is FIFO
+        if self.control is not None:
+            datasets.append((self.control.load(), x))
+        datasets.append((states, x[shuffled_pairing(split, self.settings.shuffle_seed)]))
+        fits = self.fit_batched(datasets, idx)
+        fit, shuffled = fits[0], fits[-1]
+        self.put_cells(Control.NONE, Metric.R2, fit.r2)
+        self.put_cells(Control.NONE, Metric.NMSE, fit.nmse)
+        hits = identification_hits(fit.test_pred, x[idx[2]], np.arange(self.results.T))
+        self.put_cells(Control.NONE, Metric.IDENTIFICATION, hits.double().mean(0).numpy())
+        self.put_cells(Control.SHUFFLED, Metric.R2, shuffled.r2)
+        if self.control is not None:
+            self.put_cells(Control.RANDOM_INIT, Metric.R2, fits[1].r2)
+        self.position_sets()
+        if isinstance(fit, QueryProbeFit):
+            self.per_sample_sets(self.put_errors(fit.errors))
+
+    def fit_batched(
+        self, datasets: list[tuple[np.ndarray, np.ndarray]], idx: list[np.ndarray]
+    ) -> list[MLPProbeFit] | list[QueryProbeFit]:
+        """The MLP or query probes of ``datasets`` (``(states [n, C, E], x [n, T, d])``)
+        with the settings' width and budget, one fit per dataset."""
+        fit_sets = fit_mlp_probe_sets if self.settings.probe == "mlp" else fit_query_probe_sets
+        return fit_sets(
+            datasets,
+            *idx,
+            hidden=self.settings.mlp_hidden,
+            budget=self.settings.budget,
+            device=self.settings.device,
+            progress=self.progress,
+        )
 
 
 def run_probe(

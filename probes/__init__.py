@@ -6,7 +6,9 @@ cache itself (``infoprobe.probing`` wires it to the HDF5 activation cache).
 - Linear (ridge) probes of every (cell, target) from streaming sufficient statistics:
   :func:`fit_ridge`, :class:`RidgeAccumulator`, :func:`fit_linear_probes`.
 - Batched MLP probes and the query-conditioned per-sample probe:
-  :func:`fit_mlp_probes`, :func:`fit_query_probe`.
+  :func:`fit_mlp_probes`, :func:`fit_query_probe` (several datasets in one pass:
+  :func:`fit_mlp_probe_sets`, :func:`fit_query_probe_sets`), trained with one
+  :class:`TrainingBudget`.
 - sklearn-compatible estimators wrapping the same engines: :class:`RidgeProbe`,
   :class:`MLPProbe`.
 - Role targets (x at the k-th most attended key), controls, observed sets, results file:
@@ -30,7 +32,7 @@ from .errors import (
 from .estimators import MLPProbe, RidgeProbe
 from .linear import LinearProbeScores, ProbeTargets, fit_linear_probes
 from .metrics import identification_hits, per_sample_error, pooled_r2
-from .mlp import MLPProbeFit, fit_mlp_probes
+from .mlp import MLPProbeFit, fit_mlp_probe_sets, fit_mlp_probes
 from .observed import (
     DEFAULT_MARGIN,
     DEFAULT_TAU,
@@ -39,7 +41,7 @@ from .observed import (
     aggregate_observed,
     per_sample_observed,
 )
-from .query import QueryProbeFit, fit_query_probe
+from .query import QueryProbeFit, fit_query_probe, fit_query_probe_sets
 from .results import ProbeResults
 from .ridge import DEFAULT_ALPHAS, RidgeAccumulator, RidgeFit, RidgeSolution, fit_ridge
 from .split import make_split
@@ -75,8 +77,10 @@ __all__ = [
     "check_control_compatible",
     "conditional_baseline",
     "fit_linear_probes",
+    "fit_mlp_probe_sets",
     "fit_mlp_probes",
     "fit_query_probe",
+    "fit_query_probe_sets",
     "fit_ridge",
     "identification_hits",
     "make_split",

@@ -151,13 +151,14 @@ class Workspace:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.buffers: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
+        self.buffers: dict[tuple[str, tuple[int, ...], torch.dtype], torch.Tensor] = {}
 
-    def __call__(self, name: str, *shape: int) -> torch.Tensor:
-        """An uninitialised float32 tensor of ``shape``, the same one on every call."""
-        key = (name, shape)
+    def __call__(self, name: str, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """An uninitialised tensor of ``shape`` (float32 by default), the same one on every
+        call."""
+        key = (name, shape, dtype)
         if key not in self.buffers:
-            self.buffers[key] = torch.empty(shape, device=self.device)
+            self.buffers[key] = torch.empty(shape, device=self.device, dtype=dtype)
         return self.buffers[key]
 
 
@@ -312,9 +313,14 @@ def train_with_early_stopping(
     epochs_run = 0
     for epoch in bar:
         order = next(orders).to(device)
+        # the epoch's rows in minibatch order, gathered once: each step reads a slice
+        x_epoch = work("x_epoch", *x_train.shape, dtype=x_train.dtype)
+        y_epoch = work("y_epoch", *y_train.shape, dtype=y_train.dtype)
+        torch.index_select(x_train, 1, order, out=x_epoch)
+        torch.index_select(y_train, 0, order, out=y_epoch)
         for start in range(0, n_train, budget.batch_size):
-            idx = order[start : start + budget.batch_size]
-            module.train_step(x_train[:, idx], y_train[idx], work)
+            stop = start + budget.batch_size
+            module.train_step(x_epoch[:, start:stop], y_epoch[start:stop], work)
             optimizer.step()
         epochs_run = epoch + 1
         val_loss = batched_loss(module, x_val, y_val, eval_batch, work)

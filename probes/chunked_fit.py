@@ -2,12 +2,14 @@
 
 Inputs ``X [n, C, E]`` hold every cell's state for every sample (any array with
 numpy slicing, such as an h5py dataset), targets ``y [n, S, k]`` every target.
-:func:`fit_chunked` standardises both, reads X ``chunk`` cells at a time,
+:func:`fit_batched` is the one fit path of the MLP and query probes: it checks the
+arrays, and :func:`fit_chunked` standardises them, reads X ``chunk`` cells at a time,
 trains each chunk with :func:`~infoprobe.probes.batched_training.train_with_early_stopping`
-(on the CPU in cache-sized groups of cells) and predicts the test split;
-:func:`predict_chunked` applies the fitted probes to new states. The probes
-themselves come from a :data:`ModuleFactory` (e.g. :mod:`infoprobe.probes.mlp`,
-:mod:`infoprobe.probes.query`).
+(on the CPU in cache-sized groups of cells, several datasets in one worker pool) and
+predicts the test split; :func:`predict_chunked` applies the fitted probes to new states.
+The probes themselves come from a :class:`ProbeDesign` (a :data:`ModuleFactory` and its
+memory per cell: :mod:`infoprobe.probes.mlp`, :mod:`infoprobe.probes.query`), and their
+results share :class:`BatchedProbeFit`.
 
 Conventions fixed here (shared by every batched probe):
 
@@ -26,9 +28,9 @@ pooled over the k coordinates and ``nmse = 1 - r2``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import einops
 import numpy as np
@@ -43,13 +45,18 @@ from infoprobe.probes.batched_training import (
 )
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.metrics import nmse_from_r2, pooled_r2
-from infoprobe.probes.validate import check_finite
+from infoprobe.probes.validate import check_finite, check_probe_arrays, check_splits
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_BYTES",
+    "BatchedProbeFit",
     "ChunkedFit",
+    "HeldOut",
     "ModuleFactory",
+    "ProbeDesign",
+    "ProbeShape",
     "Standardiser",
+    "fit_batched",
     "fit_chunked",
     "held_out_metrics",
     "predict_chunked",
@@ -122,6 +129,17 @@ cores (C = 8, S = 32, E = 32, h = 64, b = 256): one cell per group (2 MiB) train
 # --------------------------------------------------------------------------- the engine
 
 
+@dataclass(frozen=True)
+class ProbeDesign:
+    """One batched probe family at fixed sizes: how its modules are built and what a cell
+    costs (float32 bytes of a fit, and of one training minibatch's hidden activations)."""
+
+    make_module: ModuleFactory
+    bytes_per_cell: int
+    activation_bytes_per_cell: int
+    desc: str
+
+
 @dataclass
 class ChunkedFit:
     """What :func:`fit_chunked` learns, for every cell (numpy, on the CPU).
@@ -143,68 +161,77 @@ class ChunkedFit:
     group: int
 
 
+Dataset = tuple[object, np.ndarray]
+"""One fit's data: states ``X [n, C, E]`` (any array with numpy slicing) and targets
+``y [n, S, k]`` float32."""
+
+
 def fit_chunked(
-    X: object,
-    y: np.ndarray,
+    datasets: Sequence[Dataset],
     splits: tuple[np.ndarray, np.ndarray, np.ndarray],
     n_cells: int,
-    make_module: ModuleFactory,
-    bytes_per_cell: int,
-    activation_bytes_per_cell: int,
+    design: ProbeDesign,
     budget: TrainingBudget,
     *,
     device: str | torch.device,
     max_memory_bytes: int,
     progress: bool,
-    desc: str,
-) -> ChunkedFit:
-    """Standardise, train and predict the test split, ``chunk`` cells at a time.
+) -> list[ChunkedFit]:
+    """Standardise, train and predict the test split of every dataset, ``chunk`` cells at a time.
 
-    ``X [n, C, E]`` (any array with numpy slicing), ``y [n, S, k]`` float32.
-    ``make_module(cells, None)`` builds freshly initialised probes for a range
-    of cells. X is read ``chunk = max_memory_bytes // bytes_per_cell`` cells
-    at a time; on the CPU each chunk is trained in groups of cells whose
-    minibatch activations (``activation_bytes_per_cell`` each) fit in
-    :data:`CPU_STEP_ACTIVATION_BYTES`, by ``torch.get_num_threads()`` worker
-    threads with one intra-op thread each (small operations split over OpenMP
-    threads wait for the slowest one, which on a shared machine can be a
-    descheduled thread). Groups are independent: the result does not depend on
-    the chunk or group size or the number of workers (per-cell seeding of
-    :mod:`infoprobe.probes.batched_training`).
+    Each ``(X [n, C, E], y [n, S, k])`` of ``datasets`` is one independent fit (for example
+    a probe, its shuffled control and its random-init control); all of them share the
+    splits, the probe design and the budget, and one ``fit`` is returned per dataset, in
+    order. Datasets that pass the same ``X`` object share its statistics and its
+    standardised chunks. X is read ``chunk = max_memory_bytes // (bytes_per_cell ·
+    len(datasets))`` cells at a time; on the CPU each chunk is trained in groups of cells
+    whose minibatch activations (``design.activation_bytes_per_cell`` each) fit in
+    :data:`CPU_STEP_ACTIVATION_BYTES`, by ``torch.get_num_threads()`` worker threads with
+    one intra-op thread each (small operations split over OpenMP threads wait for the
+    slowest one, which on a shared machine can be a descheduled thread). The groups of
+    every dataset go to one pool in dataset order, so no worker idles at the end of one
+    fit while another fit has groups left. Groups are independent: the result does not
+    depend on the chunk or group size, the number of workers or the other datasets
+    (per-cell seeding of :mod:`infoprobe.probes.batched_training`).
     """
     train_idx, val_idx, test_idx = splits
     device = torch.device(device)
-    chunk = cells_per_chunk(bytes_per_cell, n_cells, max_memory_bytes)
+    chunk = cells_per_chunk(design.bytes_per_cell * len(datasets), n_cells, max_memory_bytes)
     group = chunk
     if device.type == "cpu":
-        group = cells_per_chunk(activation_bytes_per_cell, chunk, CPU_STEP_ACTIVATION_BYTES)
-    x_stats = cell_statistics(X, train_idx, n_cells, chunk)
-    y_stats = Standardiser.fit(y[train_idx], axis=0)
-    z = torch.tensor((y - y_stats.mean) / y_stats.scale, device=device)
-    eval_batch = budget.batch_size  # same-size buffers as training: freed memory is reused
-    groups = [
-        range(first, min(first + group, start + chunk, n_cells))
-        for start in range(0, n_cells, chunk)
-        for first in range(start, min(start + chunk, n_cells), group)
+        group = cells_per_chunk(design.activation_bytes_per_cell, chunk, CPU_STEP_ACTIVATION_BYTES)
+    x_stats: dict[int, Standardiser] = {}  # by id(X): datasets may share their states
+    for X, _ in datasets:
+        if id(X) not in x_stats:
+            x_stats[id(X)] = cell_statistics(X, train_idx, n_cells, chunk)
+    y_stats = [Standardiser.fit(y[train_idx], axis=0) for _, y in datasets]
+    z = [
+        torch.tensor((y - stats.mean) / stats.scale, device=device)
+        for (_, y), stats in zip(datasets, y_stats, strict=True)
     ]
+    eval_batch = budget.batch_size  # same-size buffers as training: freed memory is reused
     threads = torch.get_num_threads()
-    workers = min(threads, len(groups)) if device.type == "cpu" else 1
-    overall = tqdm(total=n_cells, desc=desc, unit="cell", disable=not progress or len(groups) == 1)
+    n_groups = len(datasets) * -(-n_cells // group)
+    workers = min(threads, n_groups) if device.type == "cpu" else 1
+    total = n_cells * len(datasets)
+    quiet = not progress or n_groups == 1
+    overall = tqdm(total=total, desc=design.desc, unit="cell", disable=quiet)
 
-    def train_group(cells: range, x: torch.Tensor) -> tuple:
-        """Train the probes of ``cells`` on their standardised states ``x [c, n, E]``."""
+    def train_group(job: tuple[int, range, torch.Tensor]) -> tuple:
+        """Train the probes of ``cells`` of dataset ``d`` on their states ``x [c, n, E]``."""
+        d, cells, x = job
         torch.set_num_threads(max(1, threads // workers))  # this thread only
-        module = make_module(cells, None).to(device)
+        module = design.make_module(cells, None).to(device)
         record = train_with_early_stopping(
             module,
             x[:, train_idx],
-            z[train_idx],
+            z[d][train_idx],
             x[:, val_idx],
-            z[val_idx],
+            z[d][val_idx],
             budget,
             eval_batch=eval_batch,
             progress=progress and workers == 1,
-            desc=f"{desc} cells {cells.start}-{cells.stop - 1}/{n_cells}",
+            desc=f"{design.desc} cells {cells.start}-{cells.stop - 1}/{n_cells}",
         )
         return (
             predict_standardised(module, x[:, test_idx], eval_batch),
@@ -214,34 +241,203 @@ def fit_chunked(
             record.epochs_run,
         )
 
-    results = []
+    results: list[list[tuple]] = [[] for _ in datasets]
     try:
         with ThreadPoolExecutor(workers) as pool:  # groups are independent: one per core
             for start in range(0, n_cells, chunk):
                 cells = range(start, min(start + chunk, n_cells))
-                x_chunk = standardised_cells(X, cells, x_stats, device, torch.float32)
-                mine = [g for g in groups if g.start in cells]
-                slices = [x_chunk[g.start - start : g.stop - start] for g in mine]
-                for result, trained in zip(pool.map(train_group, mine, slices), mine, strict=True):
-                    results.append(result)
+                chunks: dict[int, torch.Tensor] = {}
+                jobs = []
+                for d, (X, _) in enumerate(datasets):
+                    if id(X) not in chunks:
+                        chunks[id(X)] = standardised_cells(
+                            X, cells, x_stats[id(X)], device, torch.float32
+                        )
+                    for first in range(start, cells.stop, group):
+                        trained = range(first, min(first + group, cells.stop))
+                        x = chunks[id(X)][first - start : trained.stop - start]
+                        jobs.append((d, trained, x))
+                for (d, trained, _), result in zip(jobs, pool.map(train_group, jobs), strict=True):
+                    results[d].append(result)
                     overall.update(len(trained))
     finally:
         torch.set_num_threads(threads)  # the workers' setting is process-wide: restore it
-    test_parts, arrays, best_val, best_epoch, epochs_run = map(list, zip(*results, strict=True))
-    params = {name: [a[name] for a in arrays] for name in arrays[0]}
     overall.close()
-    test_z = np.concatenate(test_parts, axis=1)
-    return ChunkedFit(
-        params={name: np.concatenate(v) for name, v in params.items()},
-        x_stats=x_stats,
-        y_stats=y_stats,
-        best_val_loss=np.concatenate(best_val),
-        best_epoch=np.concatenate(best_epoch),
-        test_pred=test_z * y_stats.scale + y_stats.mean,
-        epochs_run=epochs_run,
-        chunk=chunk,
-        group=group,
+    fits = []
+    for (X, _), stats, parts in zip(datasets, y_stats, results, strict=True):
+        test_parts, arrays, best_val, best_epoch, epochs_run = map(list, zip(*parts, strict=True))
+        test_z = np.concatenate(test_parts, axis=1)
+        fits.append(
+            ChunkedFit(
+                params={name: np.concatenate([a[name] for a in arrays]) for name in arrays[0]},
+                x_stats=x_stats[id(X)],
+                y_stats=stats,
+                best_val_loss=np.concatenate(best_val),
+                best_epoch=np.concatenate(best_epoch),
+                test_pred=test_z * stats.scale + stats.mean,
+                epochs_run=epochs_run,
+                chunk=chunk,
+                group=group,
+            )
+        )
+    return fits
+
+
+# --------------------------------------------------------------------------- the shared fit path
+
+
+@dataclass(frozen=True)
+class ProbeShape:
+    """Sizes of a batched fit: ``n`` samples, ``n_cells`` C, ``d_in`` E, ``n_targets`` S and
+    ``d_out`` k (``X [n, C, E]``, ``Y [n, S, k]``)."""
+
+    n: int
+    n_cells: int
+    d_in: int
+    n_targets: int
+    d_out: int
+
+
+@dataclass
+class BatchedProbeFit:
+    """Fitted batched probes of one dataset (all arrays numpy); what the MLP and query
+    probes have in common.
+
+    ``test_pred [n_test, C, S, k]``: test-split predictions in original units, rows in the
+    order of ``test_idx``. ``r2 [C, S]``, ``nmse [C, S]``: test metrics pooled over the k
+    coordinates. ``best_val_loss``/``best_epoch`` ``[C, ...probe axes]``: per-probe early
+    stopping (standardised validation MSE, 0-based epoch). ``engine``: the
+    :class:`ChunkedFit` (weights, standardisation).
+    """
+
+    probe = "batched"
+
+    test_pred: np.ndarray
+    r2: np.ndarray
+    nmse: np.ndarray
+    best_val_loss: np.ndarray
+    best_epoch: np.ndarray
+    test_idx: np.ndarray
+    budget: TrainingBudget
+    hidden: int
+    engine: ChunkedFit = field(repr=False)
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        """The probes' weights, leading axis = cell (acting on standardised data)."""
+        return self.engine.params
+
+    def design_settings(self) -> dict[str, object]:
+        """Settings of the probe design beyond its hidden width (none here)."""
+        return {}
+
+    def settings(self) -> dict[str, object]:
+        """The probe settings as plain data (for provenance in results files)."""
+        return {
+            "probe": self.probe,
+            "hidden": self.hidden,
+            **self.design_settings(),
+            **vars(self.budget),
+        }
+
+    def factory(self) -> ModuleFactory:
+        """The module factory that rebuilds these probes from their weights."""
+        raise NotImplementedError
+
+    def predict(
+        self,
+        X: object,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> np.ndarray:
+        """Predictions ``[n, C, S, k]`` (original units) for states ``X [n, C, E]``.
+
+        ``dtype=torch.float64`` computes in double precision (bit-stable under row
+        subsets, used by the sklearn estimator).
+        """
+        batch = 4 * self.budget.batch_size
+        return predict_chunked(
+            X, self.engine, self.factory(), batch_size=batch, device=device, dtype=dtype
+        )
+
+
+@dataclass
+class HeldOut:
+    """One dataset's fit from :func:`fit_batched`: the engine, the test targets ``y_test
+    [n_test, S, k]``, their rows ``test_idx`` and the test metrics ``r2``/``nmse [C, S]``."""
+
+    engine: ChunkedFit
+    y_test: np.ndarray
+    test_idx: np.ndarray
+    r2: np.ndarray
+    nmse: np.ndarray
+
+    def fields(self, budget: TrainingBudget, hidden: int) -> dict[str, object]:
+        """The :class:`BatchedProbeFit` fields of this fit."""
+        return {
+            "test_pred": self.engine.test_pred,
+            "r2": self.r2,
+            "nmse": self.nmse,
+            "best_val_loss": self.engine.best_val_loss,
+            "best_epoch": self.engine.best_epoch,
+            "test_idx": self.test_idx,
+            "budget": budget,
+            "hidden": hidden,
+            "engine": self.engine,
+        }
+
+
+def fit_batched(
+    datasets: Sequence[tuple[object, object]],
+    splits: tuple[object, object, object],
+    make_design: Callable[[ProbeShape], ProbeDesign],
+    budget: TrainingBudget,
+    *,
+    device: str | torch.device,
+    max_memory_bytes: int,
+    progress: bool,
+) -> list[HeldOut]:
+    """Check the arrays and the splits, fit every dataset in one pool, score the test split.
+
+    ``datasets``: ``(X [n, C, E], Y [n, S, k])`` pairs of identical shapes (X: any array
+    with numpy slicing; read chunk by chunk). ``splits``: train, validation and test sample
+    indices (disjoint; test may be empty, the metrics are then NaN). ``make_design`` builds
+    the probe design from the sizes. Returns one :class:`HeldOut` per dataset, in order.
+    """
+    if not isinstance(budget, TrainingBudget):
+        raise ProbeInputError(
+            f"budget: expected a TrainingBudget, got {type(budget).__name__} {budget!r}"
+        )
+    if not datasets:
+        raise ProbeInputError("datasets: expected at least one (X, Y) pair, got none")
+    checked = [check_probe_arrays(X, Y) for X, Y in datasets]
+    (n, n_cells, d_in), y_first = checked[0]
+    for i, (shape, y) in enumerate(checked[1:], start=1):
+        if shape != (n, n_cells, d_in) or y.shape != y_first.shape:
+            raise ProbeInputError(
+                f"datasets[{i}]: expected X {[n, n_cells, d_in]} and Y {list(y_first.shape)} "
+                f"(the shapes of datasets[0]), got {list(shape)} and {list(y.shape)}"
+            )
+    split = check_splits(n, *splits)
+    design = make_design(ProbeShape(n, n_cells, d_in, *y_first.shape[1:]))
+    pairs = [(X, y) for (X, _), (_, y) in zip(datasets, checked, strict=True)]
+    engines = fit_chunked(
+        pairs,
+        split,
+        n_cells,
+        design,
+        budget,
+        device=device,
+        max_memory_bytes=max_memory_bytes,
+        progress=progress,
     )
+    out = []
+    for engine, (_, y) in zip(engines, pairs, strict=True):
+        y_test = y[split[2]]
+        r2, nmse = held_out_metrics(engine.test_pred, y_test)
+        out.append(HeldOut(engine, y_test, split[2], r2, nmse))
+    return out
 
 
 def predict_chunked(

@@ -22,6 +22,7 @@ from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.errors import SplitTooSmallError
 from infoprobe.probes.mlp import MLPProbeFit, fit_mlp_probes
 from infoprobe.probes.ridge import DEFAULT_ALPHAS, RidgeFit, fit_ridge
@@ -182,13 +183,15 @@ class MLPProbe(ProbeRegressor):
             np.sort(order[:n_val]),
             np.empty(0, dtype=np.int64),
             hidden=self.hidden,
-            epochs=self.epochs,
-            batch_size=self.batch_size,
-            lr=self.lr,
-            weight_decay=self.weight_decay,
-            optimizer=self.optimizer,
-            patience=self.patience,
-            seed=seed,
+            budget=TrainingBudget(
+                epochs=self.epochs,
+                batch_size=self.batch_size,
+                lr=self.lr,
+                weight_decay=self.weight_decay,
+                optimizer=self.optimizer,
+                patience=self.patience,
+                seed=seed,
+            ),
             device=self.device,
             progress=False,
         )

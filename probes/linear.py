@@ -147,13 +147,33 @@ def fit_linear_probes(
         :class:`LinearProbeScores`.
     """
     labels = np.asarray(split)
-    n = labels.shape[0]
-    if targets.values.shape[0] != n:
+    if targets.values.shape[0] != labels.shape[0]:
         raise ProbeInputError(
-            f"targets: expected {n} samples (the split's length), got {targets.values.shape[0]}"
+            f"targets: expected {labels.shape[0]} samples (the split's length), "
+            f"got {targets.values.shape[0]}"
         )
     perm = shuffled_pairing(labels, shuffle_seed) if shuffle_seed is not None else None
-    n_groups, dim = targets.n_groups, targets.dim
+    acc = _accumulate(source, targets, labels, perm, source_name, device, progress)
+    sol = acc.solve(alphas, group_size=targets.dim)
+    ident = np.full((acc.n_cells, targets.n_groups), np.nan)
+    errors = None
+    if second_pass:
+        ident, errors = _test_pass(source, sol, targets, labels, progress, source_name)
+    return _scores(sol, targets.n_groups, perm is not None, labels, ident, errors)
+
+
+def _accumulate(
+    source: BlockSource,
+    targets: ProbeTargets,
+    labels: np.ndarray,
+    perm: np.ndarray | None,
+    source_name: str,
+    device: str | torch.device,
+    progress: bool,
+) -> RidgeAccumulator:
+    """Pass 1: the ridge statistics of every (cell, target column) over all blocks, the
+    shuffled pairing ``perm`` (if any) as extra target columns."""
+    n = labels.shape[0]
     acc: RidgeAccumulator | None = None
     seen = 0
     for start, states in _blocks(source, source_name, progress, "ridge statistics"):
@@ -178,26 +198,32 @@ def fit_linear_probes(
         acc.update(states, y, labels[start:stop])
     if acc is None or seen != n:
         raise ProbeInputError(f"{source_name}: expected {n} samples, the blocks covered {seen}")
-    sol = acc.solve(alphas, group_size=dim)
+    return acc
+
+
+def _scores(
+    sol: RidgeSolution,
+    n_groups: int,
+    shuffled: bool,
+    labels: np.ndarray,
+    identification: np.ndarray,
+    errors: np.ndarray | None,
+) -> LinearProbeScores:
+    """The scores of the real targets (the first ``n_groups`` groups of ``sol``) and of
+    the shuffled control (the rest, when ``shuffled``)."""
     r2 = sol.r2(TEST).cpu().numpy()
-    shuffled = perm is not None
     real = slice(0, n_groups)
     val_path = 1.0 - sol.sse_path[VAL] / sol.sst[VAL]
-    test_index = np.flatnonzero(labels == TEST)
-    ident = np.full((acc.n_cells, n_groups), np.nan)
-    errors = None
-    if second_pass:
-        ident, errors = _test_pass(source, sol, targets, labels, progress, source_name)
     return LinearProbeScores(
         r2=r2[:, real],
         nmse=1.0 - r2[:, real],
-        identification=ident,
+        identification=identification,
         alpha=sol.alpha[:, real].cpu().numpy(),
         val_r2_path=val_path[:, :, real].cpu().numpy(),
         shuffled_r2=r2[:, n_groups:] if shuffled else None,
         shuffled_nmse=1.0 - r2[:, n_groups:] if shuffled else None,
         per_sample_error=errors,
-        test_index=test_index,
+        test_index=np.flatnonzero(labels == TEST),
         solution=sol,
     )
 

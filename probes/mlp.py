@@ -27,7 +27,8 @@ Metrics (per (c, s), on the test split, in original units; the definitions of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -35,32 +36,28 @@ from torch import nn
 
 from infoprobe.probes.batched_training import (
     BatchedProbes,
-    OptimizerName,
     TrainingBudget,
     Workspace,
     init_params,
 )
 from infoprobe.probes.chunked_fit import (
     DEFAULT_MAX_MEMORY_BYTES,
-    ChunkedFit,
+    BatchedProbeFit,
     ModuleFactory,
-    fit_chunked,
-    held_out_metrics,
-    predict_chunked,
+    ProbeDesign,
+    ProbeShape,
+    fit_batched,
 )
-from infoprobe.probes.validate import (
-    ArrayLike,
-    check_positive_int,
-    check_probe_arrays,
-    check_splits,
-)
+from infoprobe.probes.validate import ArrayLike, check_positive_int
 
 __all__ = [
     "BatchedMLP",
     "GeluReadout",
     "MLPProbeFit",
+    "fit_mlp_probe_sets",
     "fit_mlp_probes",
     "mlp_bytes_per_cell",
+    "mlp_design",
     "mlp_factory",
     "small_matmul_t",
 ]
@@ -246,58 +243,20 @@ def mlp_bytes_per_cell(
 
 
 @dataclass
-class MLPProbeFit:
-    """Fitted batched MLP probes (all arrays numpy).
+class MLPProbeFit(BatchedProbeFit):
+    """Fitted batched MLP probes (all arrays numpy; :class:`BatchedProbeFit`).
 
-    ``test_pred [n_test, C, S, k]``: test-split predictions in original units,
-    rows in the order of ``test_idx``. ``r2 [C, S]``, ``nmse [C, S]``: test
-    metrics (module docstring). ``best_val_loss [C, S]``: standardised
-    validation MSE at each probe's best epoch; ``best_epoch [C, S]`` (0-based).
-    ``params``: ``w_in [C, S, h, E]``, ``b_in [C, S, h]``, ``w_out [C, S, k, h]``,
-    ``b_out [C, S, k]`` acting on standardised inputs/targets.
+    ``best_val_loss [C, S]``: standardised validation MSE at each probe's best epoch;
+    ``best_epoch [C, S]`` (0-based). ``params``: ``w_in [C, S, h, E]``, ``b_in [C, S, h]``,
+    ``w_out [C, S, k, h]``, ``b_out [C, S, k]`` acting on standardised inputs/targets.
     """
 
-    test_pred: np.ndarray
-    r2: np.ndarray
-    nmse: np.ndarray
-    best_val_loss: np.ndarray
-    best_epoch: np.ndarray
-    test_idx: np.ndarray
-    budget: TrainingBudget
-    hidden: int
-    engine: ChunkedFit = field(repr=False)
+    probe = "mlp"
 
-    @property
-    def params(self) -> dict[str, np.ndarray]:
-        """The probes' weights (see the class docstring)."""
-        return self.engine.params
-
-    def settings(self) -> dict[str, object]:
-        """The probe settings as plain data (for provenance in results files)."""
-        return {"probe": "mlp", "hidden": self.hidden, **vars(self.budget)}
-
-    def predict(
-        self,
-        X: ArrayLike,
-        *,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-    ) -> np.ndarray:
-        """Predictions ``[n, C, S, k]`` (original units) for states ``X [n, C, E]``.
-
-        ``dtype=torch.float64`` computes in double precision (bit-stable
-        under row subsets, used by the sklearn estimator).
-        """
+    def factory(self) -> ModuleFactory:
+        """The module factory that rebuilds these probes from their weights."""
         n_targets, k = self.engine.y_stats.mean.shape
-        factory = mlp_factory(n_targets, self.engine.x_stats.mean.shape[1], self.hidden, k, 0)
-        return predict_chunked(
-            X,
-            self.engine,
-            factory,
-            batch_size=4 * self.budget.batch_size,
-            device=device,
-            dtype=dtype,
-        )
+        return mlp_factory(n_targets, self.engine.x_stats.mean.shape[1], self.hidden, k, 0)
 
 
 def mlp_factory(n_targets: int, d_in: int, hidden: int, d_out: int, seed: int) -> ModuleFactory:
@@ -309,6 +268,48 @@ def mlp_factory(n_targets: int, d_in: int, hidden: int, d_out: int, seed: int) -
     return make
 
 
+def mlp_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> ProbeDesign:
+    """The :class:`ProbeDesign` of MLP probes of width ``hidden`` for these sizes."""
+    S, k, b = shape.n_targets, shape.d_out, budget.batch_size
+    return ProbeDesign(
+        make_module=mlp_factory(S, shape.d_in, hidden, k, budget.seed),
+        bytes_per_cell=mlp_bytes_per_cell(shape.n, S, shape.d_in, hidden, k, b, b),
+        activation_bytes_per_cell=4 * S * hidden * b,
+        desc="MLP probes",
+    )
+
+
+def fit_mlp_probe_sets(
+    datasets: Sequence[tuple[ArrayLike, ArrayLike]],
+    train_idx: ArrayLike,
+    val_idx: ArrayLike,
+    test_idx: ArrayLike,
+    *,
+    hidden: int = 64,
+    budget: TrainingBudget | None = None,
+    device: str | torch.device = "cpu",
+    max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
+    progress: bool = True,
+) -> list[MLPProbeFit]:
+    """:func:`fit_mlp_probes` on several ``(X [n, C, E], Y [n, S, k])`` datasets of the
+    same shapes (a probe and its controls) with the same splits and budget, trained in
+    one worker pool; one fit per dataset, each equal to its own :func:`fit_mlp_probes`.
+    Memory: the chunk of cells is shared by the datasets (``bytes_per_cell`` times their
+    number)."""
+    hidden = check_positive_int(hidden, "hidden")
+    budget = TrainingBudget() if budget is None else budget
+    held = fit_batched(
+        datasets,
+        (train_idx, val_idx, test_idx),
+        lambda shape: mlp_design(shape, hidden, budget),
+        budget,
+        device=device,
+        max_memory_bytes=max_memory_bytes,
+        progress=progress,
+    )
+    return [MLPProbeFit(**h.fields(budget, hidden)) for h in held]
+
+
 def fit_mlp_probes(
     X: ArrayLike,
     Y: ArrayLike,
@@ -317,13 +318,7 @@ def fit_mlp_probes(
     test_idx: ArrayLike,
     *,
     hidden: int = 64,
-    epochs: int = 100,
-    batch_size: int = 256,
-    lr: float = 1e-3,
-    weight_decay: float = 0.0,
-    optimizer: OptimizerName = "adam",
-    patience: int = 10,
-    seed: int = 0,
+    budget: TrainingBudget | None = None,
     device: str | torch.device = "cpu",
     max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
     progress: bool = True,
@@ -335,8 +330,9 @@ def fit_mlp_probes(
     targets. ``train_idx``/``val_idx``/``test_idx``: disjoint sample indices;
     probes train on train, early-stop per probe on val, are scored on test
     (``test_idx`` may be empty: ``r2``/``nmse`` are then NaN).
-    Every probe gets the same budget (``hidden``, ``epochs``, ``batch_size``,
-    ``lr``, ``weight_decay``, ``optimizer``, ``patience``, ``seed``).
+    Every probe gets the same budget: the width ``hidden`` and ``budget`` (a
+    :class:`~infoprobe.probes.batched_training.TrainingBudget`: epochs, batch size,
+    optimiser, learning rate, weight decay, patience, seed; default ``TrainingBudget()``).
 
     Memory: cells are processed in chunks of
     ``c = max_memory_bytes // bytes_per_cell`` with ``bytes_per_cell =
@@ -346,38 +342,16 @@ def fit_mlp_probes(
     in cache-sized groups of cells (:data:`CPU_STEP_ACTIVATION_BYTES`).
     Results do not depend on the chunking or grouping.
 
-    Raises :class:`ProbeInputError` on bad shapes, splits or non-finite values.
+    Raises :class:`ProbeInputError` on bad shapes, splits, budget or non-finite values.
     """
-    hidden = check_positive_int(hidden, "hidden")
-    budget = TrainingBudget(epochs, batch_size, lr, weight_decay, optimizer, patience, seed)
-    (n, n_cells, d_in), y = check_probe_arrays(X, Y)
-    splits = check_splits(n, train_idx, val_idx, test_idx)
-    _, n_targets, k = y.shape
-    per_cell = mlp_bytes_per_cell(n, n_targets, d_in, hidden, k, batch_size, batch_size)
-    engine = fit_chunked(
-        X,
-        y,
-        splits,
-        n_cells,
-        mlp_factory(n_targets, d_in, hidden, k, seed),
-        per_cell,
-        4 * n_targets * hidden * batch_size,
-        budget,
+    return fit_mlp_probe_sets(
+        [(X, Y)],
+        train_idx,
+        val_idx,
+        test_idx,
+        hidden=hidden,
+        budget=budget,
         device=device,
         max_memory_bytes=max_memory_bytes,
         progress=progress,
-        desc="MLP probes",
-    )
-    test_idx_arr = splits[2]
-    r2, nmse = held_out_metrics(engine.test_pred, y[test_idx_arr])
-    return MLPProbeFit(
-        test_pred=engine.test_pred,
-        r2=r2,
-        nmse=nmse,
-        best_val_loss=engine.best_val_loss,
-        best_epoch=engine.best_epoch,
-        test_idx=test_idx_arr,
-        budget=budget,
-        hidden=hidden,
-        engine=engine,
-    )
+    )[0]

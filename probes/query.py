@@ -36,6 +36,7 @@ samples is the probe's ``nmse = 1 - r2`` for (c, s).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,31 +47,31 @@ from torch import nn
 
 from infoprobe.probes.batched_training import (
     BatchedProbes,
-    OptimizerName,
     TrainingBudget,
     Workspace,
     init_params,
 )
 from infoprobe.probes.chunked_fit import (
     DEFAULT_MAX_MEMORY_BYTES,
-    ChunkedFit,
+    BatchedProbeFit,
     ModuleFactory,
-    fit_chunked,
-    held_out_metrics,
-    predict_chunked,
+    ProbeDesign,
+    ProbeShape,
+    fit_batched,
 )
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.metrics import per_sample_error
 from infoprobe.probes.mlp import small_matmul_t
-from infoprobe.probes.validate import (
-    ArrayLike,
-    check_positive_int,
-    check_probe_arrays,
-    check_splits,
-    to_numpy,
-)
+from infoprobe.probes.validate import ArrayLike, check_positive_int, to_numpy
 
-__all__ = ["BatchedQueryMLP", "QueryProbeFit", "fit_query_probe", "sample_errors"]
+__all__ = [
+    "BatchedQueryMLP",
+    "QueryProbeFit",
+    "fit_query_probe",
+    "fit_query_probe_sets",
+    "query_design",
+    "sample_errors",
+]
 
 QueryCode = Literal["onehot", "learned"]
 
@@ -222,54 +223,29 @@ def sample_errors(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class QueryProbeFit:
-    """A fitted query-conditioned probe per cell (all arrays numpy).
+class QueryProbeFit(BatchedProbeFit):
+    """A fitted query-conditioned probe per cell (all arrays numpy; :class:`BatchedProbeFit`).
 
     ``errors [n_test, C, S]``: per-sample normalised error on the test split
-    (module docstring), rows in the order of ``test_idx``. ``test_pred
-    [n_test, C, S, k]``: reconstructions in original units. ``r2 [C, S]`` and
-    ``nmse [C, S]``: aggregate test metrics as in :mod:`infoprobe.probes.mlp`.
-    ``best_val_loss [C]``, ``best_epoch [C]``: per-cell early stopping.
+    (module docstring), rows in the order of ``test_idx``. ``best_val_loss [C]``,
+    ``best_epoch [C]``: per-cell early stopping. ``params``: see :class:`BatchedQueryMLP`.
     """
 
-    errors: np.ndarray
-    test_pred: np.ndarray
-    r2: np.ndarray
-    nmse: np.ndarray
-    best_val_loss: np.ndarray
-    best_epoch: np.ndarray
-    test_idx: np.ndarray
-    budget: TrainingBudget
-    hidden: int
-    query: QueryCode
-    embed_dim: int
-    engine: ChunkedFit = field(repr=False)
+    probe = "query"
 
-    @property
-    def params(self) -> dict[str, np.ndarray]:
-        """The probes' weights (see :class:`BatchedQueryMLP`), leading axis = cell."""
-        return self.engine.params
+    errors: np.ndarray = field(kw_only=True)
+    query: QueryCode = field(kw_only=True)
+    embed_dim: int = field(kw_only=True)
 
-    def settings(self) -> dict[str, object]:
-        """The probe settings as plain data (for provenance in results files)."""
-        return {
-            "probe": "query",
-            "hidden": self.hidden,
-            "query": self.query,
-            "embed_dim": self.embed_dim,
-            **vars(self.budget),
-        }
+    def design_settings(self) -> dict[str, object]:
+        """The query code and its width."""
+        return {"query": self.query, "embed_dim": self.embed_dim}
 
     def factory(self) -> ModuleFactory:
         """The module factory that rebuilds these probes from their weights."""
         n_positions, k = self.engine.y_stats.mean.shape
         d_in = self.engine.x_stats.mean.shape[1]
         return query_factory(n_positions, d_in, self.hidden, k, self.query, self.embed_dim, 0)
-
-    def predict(self, X: ArrayLike, *, device: str | torch.device = "cpu") -> np.ndarray:
-        """Reconstructions ``x̂(s)`` ``[n, C, S, k]`` (original units) from ``X [n, C, E]``."""
-        batch = 4 * self.budget.batch_size
-        return predict_chunked(X, self.engine, self.factory(), batch_size=batch, device=device)
 
     def errors_on(
         self, X: ArrayLike, Y: ArrayLike, *, device: str | torch.device = "cpu"
@@ -312,6 +288,64 @@ def query_factory(
     return make
 
 
+def query_design(
+    shape: ProbeShape, hidden: int, query: QueryCode, embed_dim: int, budget: TrainingBudget
+) -> ProbeDesign:
+    """The :class:`ProbeDesign` of query probes of width ``hidden`` for these sizes."""
+    S, k, b = shape.n_targets, shape.d_out, budget.batch_size
+    code = S if query == "onehot" else embed_dim
+    return ProbeDesign(
+        make_module=query_factory(S, shape.d_in, hidden, k, query, embed_dim, budget.seed),
+        bytes_per_cell=query_bytes_per_cell(shape.n, S, code, shape.d_in, hidden, k, b, b),
+        activation_bytes_per_cell=4 * S * hidden * b,
+        desc="query probes",
+    )
+
+
+def fit_query_probe_sets(
+    datasets: Sequence[tuple[ArrayLike, ArrayLike]],
+    train_idx: ArrayLike,
+    val_idx: ArrayLike,
+    test_idx: ArrayLike,
+    *,
+    hidden: int = 64,
+    query: QueryCode = "onehot",
+    embed_dim: int = 16,
+    budget: TrainingBudget | None = None,
+    device: str | torch.device = "cpu",
+    max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
+    progress: bool = True,
+) -> list[QueryProbeFit]:
+    """:func:`fit_query_probe` on several ``(X [n, C, E], Y [n, S, k])`` datasets of the
+    same shapes (a probe and its controls) with the same splits and budget, trained in
+    one worker pool; one fit per dataset, each equal to its own :func:`fit_query_probe`.
+    Memory: the chunk of cells is shared by the datasets (``bytes_per_cell`` times their
+    number)."""
+    hidden = check_positive_int(hidden, "hidden")
+    embed_dim = check_positive_int(embed_dim, "embed_dim")
+    if query not in ("onehot", "learned"):
+        raise ProbeInputError(f"query: expected 'onehot' or 'learned', got {query!r}")
+    budget = TrainingBudget() if budget is None else budget
+    held = fit_batched(
+        datasets,
+        (train_idx, val_idx, test_idx),
+        lambda shape: query_design(shape, hidden, query, embed_dim, budget),
+        budget,
+        device=device,
+        max_memory_bytes=max_memory_bytes,
+        progress=progress,
+    )
+    return [
+        QueryProbeFit(
+            **h.fields(budget, hidden),
+            errors=sample_errors(h.engine.test_pred, h.y_test),
+            query=query,
+            embed_dim=embed_dim,
+        )
+        for h in held
+    ]
+
+
 def fit_query_probe(
     X: ArrayLike,
     Y: ArrayLike,
@@ -322,13 +356,7 @@ def fit_query_probe(
     hidden: int = 64,
     query: QueryCode = "onehot",
     embed_dim: int = 16,
-    epochs: int = 100,
-    batch_size: int = 256,
-    lr: float = 1e-3,
-    weight_decay: float = 0.0,
-    optimizer: OptimizerName = "adam",
-    patience: int = 10,
-    seed: int = 0,
+    budget: TrainingBudget | None = None,
     device: str | torch.device = "cpu",
     max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
     progress: bool = True,
@@ -337,7 +365,8 @@ def fit_query_probe(
 
     ``X [n, C, E]``: states of every cell. ``Y [n, S, k]``: ``x(s)`` of every
     queried position s. Splits as in
-    :func:`~infoprobe.probes.mlp.fit_mlp_probes`; the budget is the same.
+    :func:`~infoprobe.probes.mlp.fit_mlp_probes`; the budget is the same
+    (``hidden`` and a :class:`~infoprobe.probes.batched_training.TrainingBudget`).
     ``query``: ``"onehot"`` (MLP on ``[h; e_s]``) or ``"learned"`` (MLP on
     ``[h; emb(s)]``, ``embed_dim`` wide). Returns ``errors [n_test, C, S]``
     (normalised by the test variance of x(s), module docstring).
@@ -347,43 +376,16 @@ def fit_query_probe(
     2·b·S·(h + k)]``, ``P ≈ E·h + h + S·h + h·k + k`` parameters
     (:func:`query_bytes_per_cell` has the exact count); the outputs add ``4·n_test·C·S·(k + 1)``.
     """
-    hidden = check_positive_int(hidden, "hidden")
-    embed_dim = check_positive_int(embed_dim, "embed_dim")
-    if query not in ("onehot", "learned"):
-        raise ProbeInputError(f"query: expected 'onehot' or 'learned', got {query!r}")
-    budget = TrainingBudget(epochs, batch_size, lr, weight_decay, optimizer, patience, seed)
-    (n, n_cells, d_in), y = check_probe_arrays(X, Y)
-    splits = check_splits(n, train_idx, val_idx, test_idx)
-    _, n_positions, k = y.shape
-    code = n_positions if query == "onehot" else embed_dim
-    per_cell = query_bytes_per_cell(n, n_positions, code, d_in, hidden, k, batch_size, batch_size)
-    engine = fit_chunked(
-        X,
-        y,
-        splits,
-        n_cells,
-        query_factory(n_positions, d_in, hidden, k, query, embed_dim, seed),
-        per_cell,
-        4 * n_positions * hidden * batch_size,
-        budget,
-        device=device,
-        max_memory_bytes=max_memory_bytes,
-        progress=progress,
-        desc="query probes",
-    )
-    y_test = y[splits[2]]
-    r2, nmse = held_out_metrics(engine.test_pred, y_test)
-    return QueryProbeFit(
-        errors=sample_errors(engine.test_pred, y_test),
-        test_pred=engine.test_pred,
-        r2=r2,
-        nmse=nmse,
-        best_val_loss=engine.best_val_loss,
-        best_epoch=engine.best_epoch,
-        test_idx=splits[2],
-        budget=budget,
+    return fit_query_probe_sets(
+        [(X, Y)],
+        train_idx,
+        val_idx,
+        test_idx,
         hidden=hidden,
         query=query,
         embed_dim=embed_dim,
-        engine=engine,
-    )
+        budget=budget,
+        device=device,
+        max_memory_bytes=max_memory_bytes,
+        progress=progress,
+    )[0]

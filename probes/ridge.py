@@ -294,41 +294,15 @@ class RidgeAccumulator:
         mean_x = self.sum_x[train] / n_train
         mean_y = self.sum_y[train] / n_train
         gram, cross, _ = self.centred(train, mean_x, mean_y)
-        direct = self._cholesky_coef(gram, cross, grid) if grid.numel() == 1 else None
-        if direct is None:  # the λ path: one eigendecomposition per cell
-            evals, evecs = torch.linalg.eigh(gram)
-            evals = evals.clamp_min(0.0)
-            cross_eig = evecs.mT @ cross  # [C, E, K]
-
-        paths: dict[int, torch.Tensor] = {}
-        totals: dict[int, torch.Tensor] = {}
-        for s in set(evaluate) | ({val} if val is not None else set()):
-            if self.split_count(s) == 0:
-                continue
-            if direct is not None:
-                paths[s] = self._sse_of(s, direct, mean_x, mean_y, group_size)[None]
-            else:
-                paths[s] = self._sse_path(
-                    s, grid, evals, evecs, cross_eig, mean_x, mean_y, group_size
-                )
-            totals[s] = self._sst(s, group_size)
-
-        n_groups = self.n_targets // group_size
-        if grid.numel() == 1:
-            choice = torch.zeros(self.n_cells, n_groups, dtype=torch.long, device=self.device)
-        elif val is None or val not in paths:
-            raise SplitTooSmallError(
-                f"split '{SPLIT_NAMES[val] if val is not None else 'val'}': choosing among "
-                f"{grid.numel()} values of λ needs validation samples, got none"
-            )
-        else:
-            choice = paths[val].argmin(0)
-        lam = grid[choice]  # [C, G]
-        if direct is not None:
-            coef = direct
-        else:
-            lam_cols = einops.repeat(lam, "c g -> c 1 (g k)", k=group_size)
-            coef = evecs @ (cross_eig / (evals[:, :, None] + lam_cols))  # [C, E, K]
+        wanted = set(evaluate) | ({val} if val is not None else set())
+        scored = [s for s in wanted if self.split_count(s) > 0]
+        means = (mean_x, mean_y, group_size)
+        coef = self._cholesky_coef(gram, cross, grid) if grid.numel() == 1 else None
+        if coef is not None:  # one λ: a Cholesky solve, one SSE per split
+            paths = {s: self._sse_of(s, coef, *means)[None] for s in scored}
+            choice = self._choose(grid, paths, val, group_size)
+        else:  # the λ path: one eigendecomposition per cell
+            coef, paths, choice = self._eigen_path(gram, cross, grid, scored, val, *means)
         assert self.shift_x is not None and self.shift_y is not None
         center_x = (mean_x + self.shift_x.double()).float()
         intercept = mean_y + self.shift_y.double() - torch.einsum("ce,cek->ck", mean_x, coef)
@@ -340,10 +314,52 @@ class RidgeAccumulator:
             intercept=intercept,
             group_size=group_size,
             sse_path=paths,
-            sst=totals,
+            sst={s: self._sst(s, group_size) for s in scored},
             counts={s: self.split_count(s) for s in range(self.count.shape[0])},
             center_x=center_x,
         )
+
+    def _choose(
+        self, grid: torch.Tensor, paths: dict[int, torch.Tensor], val: int | None, group_size: int
+    ) -> torch.Tensor:
+        """Index of the chosen λ per (cell, group) ``[C, G]``: the smallest validation SSE
+        of ``paths`` (split → ``[A, C, G]``), or 0 when the grid has one value."""
+        if grid.numel() == 1:
+            n_groups = self.n_targets // group_size
+            return torch.zeros(self.n_cells, n_groups, dtype=torch.long, device=self.device)
+        if val is None or val not in paths:
+            name = SPLIT_NAMES[val] if val is not None else "val"
+            raise SplitTooSmallError(
+                f"split '{name}': choosing among {grid.numel()} values of λ needs "
+                "validation samples, got none"
+            )
+        return paths[val].argmin(0)
+
+    def _eigen_path(
+        self,
+        gram: torch.Tensor,
+        cross: torch.Tensor,
+        grid: torch.Tensor,
+        scored: list[int],
+        val: int | None,
+        mean_x: torch.Tensor,
+        mean_y: torch.Tensor,
+        group_size: int,
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor], torch.Tensor]:
+        """The whole λ path from one ``eigh`` of the training Gram ``[C, E, E]``: the SSE of
+        every split of ``scored`` for every λ ``[A, C, G]``, the λ chosen per (cell, group)
+        on ``val`` and its coefficients ``[C, E, K]``."""
+        evals, evecs = torch.linalg.eigh(gram)
+        evals = evals.clamp_min(0.0)
+        cross_eig = evecs.mT @ cross  # [C, E, K]
+        paths = {
+            s: self._sse_path(s, grid, evals, evecs, cross_eig, mean_x, mean_y, group_size)
+            for s in scored
+        }
+        choice = self._choose(grid, paths, val, group_size)
+        lam_cols = einops.repeat(grid[choice], "c g -> c 1 (g k)", k=group_size)
+        coef = evecs @ (cross_eig / (evals[:, :, None] + lam_cols))  # [C, E, K]
+        return coef, paths, choice
 
     def _cholesky_coef(
         self, gram: torch.Tensor, cross: torch.Tensor, grid: torch.Tensor

@@ -12,6 +12,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.errors import SplitTooSmallError
 from infoprobe.probes.estimators import MLPProbe, RidgeProbe
 from infoprobe.probes.mlp import fit_mlp_probes
@@ -77,7 +78,7 @@ def test_mlp_probe_is_the_batched_engine_with_one_cell(regression):
     seed = int(rng.randint(np.iinfo(np.int32).max))
     fit = fit_mlp_probes(
         X[:, None].astype(np.float32), y[:, None, None], np.sort(order[60:]), np.sort(order[:60]),
-        np.arange(0), hidden=8, epochs=20, seed=seed, progress=False,
+        np.arange(0), hidden=8, budget=TrainingBudget(epochs=20, seed=seed), progress=False,
     )  # fmt: skip
     np.testing.assert_allclose(est.predict(X), fit.predict(X[:, None])[:, 0, 0, 0], atol=1e-4)
     assert est.coefs_[0].shape == (6, 8) and est.coefs_[1].shape == (8, 1)

@@ -12,9 +12,11 @@ from torch import nn
 from infoprobe.cli import build_parser
 from infoprobe.commands.run import run_settings_from_args
 from infoprobe.probes import chunked_fit
-from infoprobe.probes.batched_training import BatchedProbes, Workspace
-from infoprobe.probes.mlp import BatchedMLP, fit_mlp_probes
-from infoprobe.probes.query import BatchedQueryMLP, fit_query_probe
+from infoprobe.probes.batched_training import BatchedProbes, TrainingBudget, Workspace
+from infoprobe.probes.errors import ProbeInputError
+from infoprobe.probes.mlp import BatchedMLP, fit_mlp_probe_sets, fit_mlp_probes
+from infoprobe.probes.query import BatchedQueryMLP, fit_query_probe, fit_query_probe_sets
+from infoprobe.probing import ProbeSettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -118,7 +120,14 @@ def test_query_probe_equals_per_cell_training(query):
     splits = split(n)
     budget = {"epochs": 30, "batch_size": 32, "lr": 0.005, "patience": 3, "seed": seed}
     fit = fit_query_probe(
-        X, Y, *splits, hidden=hidden, query=query, embed_dim=3, progress=False, **budget
+        X,
+        Y,
+        *splits,
+        hidden=hidden,
+        query=query,
+        embed_dim=3,
+        budget=TrainingBudget(**budget),
+        progress=False,
     )
     module = BatchedQueryMLP(range(cells), S, 6, hidden, k, query=query, embed_dim=3, seed=seed)
     stopped_early = 0
@@ -134,7 +143,8 @@ def test_query_probe_equals_per_cell_training(query):
 @pytest.mark.parametrize("fit_fn", [fit_query_probe, fit_mlp_probes])
 def test_worker_threads_and_grouping_do_not_change_results(fit_fn, monkeypatch):
     X, Y = retrieval_data(240, 5, 4, 2, seed=2)
-    kwargs = {"hidden": 8, "epochs": 6, "batch_size": 32, "patience": 2, "progress": False}
+    budget = TrainingBudget(epochs=6, batch_size=32, patience=2)
+    kwargs = {"hidden": 8, "budget": budget, "progress": False}
     alone = fit_fn(X, Y, *split(240), **kwargs)
     assert alone.engine.group == 5
     monkeypatch.setattr(chunked_fit, "CPU_STEP_ACTIVATION_BYTES", 1)  # groups of one cell
@@ -150,3 +160,62 @@ def test_run_offers_the_query_probe():
     argv = ["run", "--task", "intrinsic-dim", "--D", "2", "--T", "16", "--out", "x"]
     args = build_parser().parse_args([*argv, "--probe", "query"])
     assert run_settings_from_args(args).probe == "query"
+
+
+@pytest.mark.parametrize(
+    ("fit_sets", "fit_one"),
+    [(fit_query_probe_sets, fit_query_probe), (fit_mlp_probe_sets, fit_mlp_probes)],
+)
+def test_datasets_fitted_in_one_pass_equal_their_own_fits(fit_sets, fit_one, monkeypatch):
+    """A probe, its shuffled control (the same states object) and a control of other states,
+    trained by two workers in one pool, equal three separate fits, chunked or not."""
+    X, Y = retrieval_data(240, 5, 4, 2, seed=3)
+    other = np.random.default_rng(4).normal(size=X.shape).astype(np.float32)
+    shuffled = Y[np.random.default_rng(5).permutation(len(Y))]
+    datasets = [(X, Y), (other, Y), (X, shuffled)]
+    budget = TrainingBudget(epochs=6, batch_size=32, patience=2, seed=1)
+    kwargs = {"hidden": 8, "budget": budget, "progress": False}
+    monkeypatch.setattr(chunked_fit, "CPU_STEP_ACTIVATION_BYTES", 1)  # groups of one cell
+    alone = [fit_one(x, y, *split(240), **kwargs) for x, y in datasets]  # one thread
+    torch.set_num_threads(2)
+    for memory in (chunked_fit.DEFAULT_MAX_MEMORY_BYTES, 1):  # one chunk; one cell per chunk
+        together = fit_sets(datasets, *split(240), max_memory_bytes=memory, **kwargs)
+        assert len(together) == 3
+        for one, fit in zip(alone, together, strict=True):
+            np.testing.assert_array_equal(fit.test_pred, one.test_pred)
+            np.testing.assert_array_equal(fit.best_epoch, one.best_epoch)
+            for name, value in one.params.items():
+                np.testing.assert_array_equal(fit.params[name], value)
+    assert not np.array_equal(together[0].test_pred, together[2].test_pred)
+
+
+def test_datasets_of_other_shapes_are_refused():
+    X, Y = retrieval_data(120, 3, 4, 2)
+    with pytest.raises(ProbeInputError, match=r"datasets\[1\]: expected X \[120, 3, 6\]"):
+        fit_query_probe_sets([(X, Y), (X[:, :2], Y)], *split(120), progress=False)
+
+
+def test_the_budget_is_one_object_with_clear_errors():
+    X, Y = retrieval_data(120, 3, 4, 2)
+    with pytest.raises(ProbeInputError, match="epochs must be an int >= 1, got 0"):
+        TrainingBudget(epochs=0)
+    with pytest.raises(ProbeInputError, match="optimizer must be 'adam' or 'adamw', got 'sgd'"):
+        TrainingBudget(optimizer="sgd")
+    with pytest.raises(ProbeInputError, match="budget: expected a TrainingBudget, got dict"):
+        fit_mlp_probes(X, Y, *split(120), budget={"epochs": 3}, progress=False)
+    with pytest.raises(ProbeInputError, match="budget: expected a TrainingBudget, got dict"):
+        ProbeSettings(probe="mlp", budget={"epochs": 3})
+
+
+def test_settings_record_the_budget_in_the_documented_layout():
+    """The results file's settings keep the flat ``mlp_*`` layout of docs/probes.md; budget
+    fields without a flag appear only where they differ from the default."""
+    budget = TrainingBudget(epochs=7, patience=3, batch_size=16, lr=0.5)
+    record = ProbeSettings(probe="query", mlp_hidden=9, budget=budget).to_dict()
+    budget_keys = [k for k in record if k.startswith("mlp_")]
+    assert budget_keys == ["mlp_hidden", "mlp_epochs", "mlp_patience", "mlp_batch_size", "mlp_lr"]
+    assert [record[k] for k in budget_keys] == [9, 7, 3, 16, 0.5]
+    assert list(record)[-1] == "device"
+    decayed = ProbeSettings(budget=TrainingBudget(weight_decay=0.1, optimizer="adamw")).to_dict()
+    assert decayed["mlp_weight_decay"] == 0.1 and decayed["mlp_optimizer"] == "adamw"
+    assert "mlp_seed" not in decayed

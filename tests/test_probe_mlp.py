@@ -9,6 +9,7 @@ import torch
 from sklearn.metrics import r2_score
 from torch import nn
 
+from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.errors import NonFiniteActivationError, ProbeInputError, SplitTooSmallError
 from infoprobe.probes.mlp import BatchedMLP, GeluReadout, fit_mlp_probes
 
@@ -40,7 +41,8 @@ def nonlinear():
     ).astype(np.float32)
     splits = split(n)
     torch.set_num_threads(1)
-    fit = fit_mlp_probes(X, Y, *splits, hidden=32, epochs=150, lr=1e-2, patience=15, progress=False)
+    budget = TrainingBudget(epochs=150, lr=1e-2, patience=15)
+    fit = fit_mlp_probes(X, Y, *splits, hidden=32, budget=budget, progress=False)
     return X, Y, splits, fit
 
 
@@ -135,7 +137,9 @@ def test_batched_training_equals_per_probe_training():
     Y = (Y + rng.normal(scale=0.8, size=(n, S, k))).astype(np.float32)
     splits = split(n, seed=1)
     budget = {"epochs": 12, "batch_size": 32, "lr": 0.05, "patience": 2, "seed": seed}
-    fit = fit_mlp_probes(X, Y, *splits, hidden=hidden, progress=False, **budget)
+    fit = fit_mlp_probes(
+        X, Y, *splits, hidden=hidden, budget=TrainingBudget(**budget), progress=False
+    )
     module = BatchedMLP(range(C), S, E, hidden, k, seed=seed)
     stopped_early = 0
     for c in range(C):
@@ -153,7 +157,8 @@ def test_chunking_over_cells_does_not_change_the_result():
     X = rng.normal(size=(200, 3, 5)).astype(np.float32)
     Y = np.stack([X[:, 0, :2] ** 2, X[:, 2, 1:3]], 1).astype(np.float32)
     splits = split(200, seed=2)
-    kwargs = {"hidden": 8, "epochs": 5, "batch_size": 32, "progress": False}
+    budget = TrainingBudget(epochs=5, batch_size=32)
+    kwargs = {"hidden": 8, "budget": budget, "progress": False}
     whole = fit_mlp_probes(X, Y, *splits, **kwargs)
     chunked = fit_mlp_probes(X, Y, *splits, max_memory_bytes=1, **kwargs)
     assert whole.engine.group == 3 and chunked.engine.group == 1

@@ -15,6 +15,7 @@ import torch
 
 from infoprobe.hooks import write_cache
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.errors import (
     ControlMismatchError,
     MissingSiteError,
@@ -281,9 +282,8 @@ def test_cli_probe_writes_results_and_prints_summary(caches, tmp_path, capsys):
 @pytest.mark.parametrize("probe", ["mlp", "query"])
 def test_mlp_and_query_probes_recover_the_planted_sets(caches, probe):
     trained, _ = caches
-    settings = ProbeSettings(
-        probe=probe, block_size=256, mlp_hidden=16, mlp_epochs=20, mlp_batch_size=64, mlp_lr=1e-2
-    )
+    budget = TrainingBudget(epochs=20, batch_size=64, lr=1e-2)
+    settings = ProbeSettings(probe=probe, block_size=256, mlp_hidden=16, budget=budget)
     res = probe_cache(trained, settings=settings, progress=False)
     r2 = res.score("r2", probe=probe)
     truth = expected_sets()[..., :T]

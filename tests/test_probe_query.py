@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.query import fit_query_probe
 
@@ -48,10 +49,10 @@ def fitted(request):
     order = np.random.default_rng(1).permutation(n)
     train, val, test = order[:1700], order[1700:2100], order[2100:]
     torch.set_num_threads(1)
+    budget = TrainingBudget(lr=3e-3, epochs=120, patience=10)
     fit = fit_query_probe(
-        X, x, train, val, test, query=request.param, hidden=64, lr=3e-3, epochs=120,
-        patience=10, progress=False,
-    )  # fmt: skip
+        X, x, train, val, test, query=request.param, hidden=64, budget=budget, progress=False
+    )
     return X, x, star, test, fit
 
 

@@ -15,6 +15,7 @@ from infoprobe.commands.argtypes import (
     positive_int,
 )
 from infoprobe.errors import UsageError
+from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.observed import (
     DEFAULT_MARGIN,
     DEFAULT_TAU,
@@ -169,9 +170,7 @@ def run(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         thresholds=Thresholds(tau=args.tau, margin=args.margin, tau_sample=args.tau_sample),
         mlp_hidden=args.hidden,
-        mlp_epochs=args.epochs,
-        mlp_batch_size=args.batch_size,
-        mlp_lr=args.lr,
+        budget=TrainingBudget(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr),
         device=args.device,
     )
     results = run_probe(
