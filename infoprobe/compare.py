@@ -34,11 +34,11 @@ from typing import Any, Literal
 import numpy as np
 from einops import rearrange
 
-from infoprobe import __version__
 from infoprobe.agreement import MemberWhen, SetAgreement, TauSweep, tau_sweep
 from infoprobe.atomic import atomic_output
 from infoprobe.auroc import auroc
 from infoprobe.errors import CompareInputError
+from infoprobe.header import make_header
 from infoprobe.jsonable import jsonable
 from infoprobe.provenance import ProvenanceError
 
@@ -624,6 +624,12 @@ def _share(num: Any, den: Any) -> str:
 
 # ----------------------------------------------------------------------------- file
 
+FORMAT = "infoprobe.comparison"
+SCHEMA_VERSION = 3
+"""3: the common header of docs/conventions.md (2 had ``format_version``, no ``created``)."""
+AXES = ("layer", "token", "position", "tau")
+"""Axes of the arrays a comparison file holds (per layer, per token, membership, sweeps)."""
+
 
 def write_comparisons(
     path: str | os.PathLike,
@@ -642,9 +648,7 @@ def write_comparisons(
     """
     document = jsonable(
         {
-            "format": "infoprobe.comparison",
-            "format_version": 2,
-            "infoprobe_version": __version__,
+            **make_header(FORMAT, SCHEMA_VERSION, AXES),
             "caveat": CAVEAT,
             "comparisons": {
                 inst: {pred: c.to_dict() for pred, c in by_pred.items()}
@@ -654,8 +658,6 @@ def write_comparisons(
             "provenance": dict(provenance or {}),
         }
     )
-    with atomic_output(
-        path, overwrite=overwrite, what="comparison file", kind="infoprobe.comparison"
-    ) as tmp:
+    with atomic_output(path, overwrite=overwrite, what="comparison file", kind=FORMAT) as tmp:
         tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     return Path(path)

@@ -38,7 +38,9 @@ from infoprobe.caching import cache_checkpoint
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
 from infoprobe.compare import write_comparisons
 from infoprobe.errors import UsageError
+from infoprobe.header import check_header, make_header, with_header
 from infoprobe.hooks import open_cache
+from infoprobe.hooks.hdf5 import json_differences
 from infoprobe.influence import InfluenceSettings, influence_for_cache
 from infoprobe.infoflow import as_architecture, predict, write_sets
 from infoprobe.jsonable import json_sha256
@@ -55,6 +57,9 @@ from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
 
 MANIFEST = "run.json"
 FORMAT = "infoprobe.run"
+SCHEMA_VERSION = 2
+"""2: the common header of docs/conventions.md; run.json of schema 1 (``format`` only) is
+still read, and rewritten with the new header at the next stage."""
 CONTROL_SEED = 12_345
 """Initialisation seed of the random-init control model (fixed, never tuned)."""
 
@@ -138,15 +143,6 @@ def key_sha(key: dict) -> str:
     return json_sha256(key)
 
 
-def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for k in sorted(set(old) | set(new)):
-            out += _differences(old.get(k), new.get(k), f"{prefix}{k}.")
-        return out
-    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
-
-
 @dataclass
 class Stage:
     """One step of a run: ``build(path)`` writes ``output`` (atomically) from ``key``."""
@@ -184,21 +180,22 @@ class RunFolder:
 
     def _read_manifest(self) -> dict:
         if not self.path.exists():
-            return {"format": FORMAT, "stages": {}}
+            return {**make_header(FORMAT, SCHEMA_VERSION), "stages": {}}
         if not self.manifest_path.is_file():
             if any(self.path.iterdir()):
                 raise RunFolderError(
                     f"{self.path} exists and is not an infoprobe run folder (no {MANIFEST}); "
                     "choose another --out (--overwrite only redoes stages of a run folder)"
                 )
-            return {"format": FORMAT, "stages": {}}
+            return {**make_header(FORMAT, SCHEMA_VERSION), "stages": {}}
         manifest = json.loads(self.manifest_path.read_text())
-        if manifest.get("format") != FORMAT:
-            raise RunFolderError(f"{self.manifest_path}: field 'format' is not {FORMAT!r}")
+        check_header(manifest, self.manifest_path, fmt=FORMAT, error=RunFolderError,
+                     readable=range(1, SCHEMA_VERSION + 1), unversioned=1)  # fmt: skip
         return manifest
 
     def _write_manifest(self) -> None:
         with atomic_output(self.manifest_path, overwrite=True) as tmp:
+            self.manifest = with_header(self.manifest, FORMAT, SCHEMA_VERSION)
             tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=True, default=str))
 
     def run(self, stages: list[Stage]) -> None:
@@ -236,7 +233,7 @@ class RunFolder:
     def _replace_or_refuse(self, stage: Stage, target: Path, recorded: dict | None) -> None:
         if not self.overwrite:
             why = (
-                "; ".join(_differences(recorded["key"], stage.key)[:6])
+                "; ".join(json_differences(recorded["key"], stage.key)[:6])
                 if recorded
                 else "it is not recorded in run.json (an interrupted or foreign output)"
             )

@@ -2,9 +2,12 @@
 
 Layout (``h5dump -H`` explains it): dataset ``/sets`` bool ``[L+1, N, T+1, T+1]``
 (axes layer, sample, token, position; 0-based, CLS = T, layer 0 = embedding) and
-``/inputs/x`` float32 ``[N, T, d]``. Root attributes: ``schema``, ``infoprobe_version``,
+``/inputs/x`` float32 ``[N, T, d]`` (axes sample, position, d_in), each with an ``axes``
+attribute and labelled dimensions. Root attributes: the header of docs/conventions.md
+(``format``, ``schema_version``, ``created``, ``infoprobe_version``, ``axes``),
 ``task`` / ``arch`` / ``provenance`` / ``prediction`` (JSON), ``program`` (text),
-``inputs_sha256``. Written to ``NAME.tmp-<pid>`` and renamed.
+``inputs_sha256``. Written to ``NAME.tmp-<pid>`` and renamed. Schema 1 files (one root
+attribute ``schema = "infoprobe.predicted-sets/1"``) are still read.
 """
 
 import hashlib
@@ -17,16 +20,20 @@ from typing import Any
 import h5py
 import numpy as np
 
-from infoprobe import __version__
 from infoprobe.atomic import atomic_output
+from infoprobe.header import axes_of, check_header, label_axes, make_header, write_attrs
 
 from .errors import SetsFileError
 from .execute import DEFAULT_CHUNK, execute
 from .predict import Prediction
 
 FORMAT = "infoprobe.predicted-sets"
-SCHEMA = f"{FORMAT}/1"
-AXES = "layer,sample,token,position"
+SCHEMA_VERSION = 2
+"""2: the common header (``format`` + ``schema_version``, ``axes`` lists, dimension labels)."""
+LEGACY_SCHEMA = f"{FORMAT}/1"
+"""Schema 1 marked its files with this one root attribute ``schema``."""
+AXES = ("layer", "sample", "token", "position")
+X_AXES = ("sample", "position", "d_in")
 CONVENTION = (
     "0-based: data tokens/positions 0..T-1 are the paper's 1..T, CLS is T (paper T+1); "
     "layer 0 = embedding (blocks.0.hook_resid_pre), layer l = blocks.{l-1}.hook_resid_post"
@@ -72,9 +79,7 @@ def write_sets(
     summary = {k: v for k, v in prediction.to_dict().items() if k != "program"}
     with atomic_output(path, overwrite=overwrite, what="predicted-sets file", kind=FORMAT) as tmp:
         with h5py.File(tmp, "w") as f:
-            f.attrs["schema"] = SCHEMA
-            f.attrs["infoprobe_version"] = __version__
-            f.attrs["axes"] = AXES
+            write_attrs(f.attrs, make_header(FORMAT, SCHEMA_VERSION, axes_of(AXES, X_AXES)))
             f.attrs["convention"] = CONVENTION
             f.attrs["task"] = json.dumps(prediction.task.to_dict(), sort_keys=True)
             f.attrs["arch"] = json.dumps(prediction.arch.to_dict(), sort_keys=True)
@@ -82,13 +87,13 @@ def write_sets(
             f.attrs["prediction"] = json.dumps(summary, sort_keys=True)
             f.attrs["program"] = prediction.program_text()
             f.attrs["inputs_sha256"] = inputs_hash(x)
-            f.create_dataset("inputs/x", data=x)
+            label_axes(f.create_dataset("inputs/x", data=x), X_AXES)
             step = max(1, min(chunk, n))
             sets = f.create_dataset(
                 "sets", shape=(L + 1, n, T + 1, T + 1), dtype=bool,
                 chunks=(1, min(step, max(1, n)), T + 1, T + 1), compression="gzip",
             )  # fmt: skip
-            sets.attrs["axes"] = AXES
+            label_axes(sets, AXES)
             for start in range(0, n, step):
                 stop = min(n, start + step)
                 sets[:, start:stop] = execute(prediction.program, x[start:stop], progress=progress)
@@ -105,10 +110,11 @@ def read_sets(path: str | os.PathLike) -> SetsFile:
     except OSError as err:
         raise SetsFileError(f"{path}: not an HDF5 file ({err})") from err
     with f:
-        if f.attrs.get("schema") != SCHEMA:
-            raise SetsFileError(
-                f"{path}: attribute 'schema' is {f.attrs.get('schema')!r}, expected {SCHEMA!r}"
-            )
+        found = dict(f.attrs)
+        if "format" not in found and found.get("schema") == LEGACY_SCHEMA:
+            found = {"format": FORMAT, "schema_version": 1}
+        check_header(found, path, fmt=FORMAT, readable=range(1, SCHEMA_VERSION + 1),
+                     error=SetsFileError, what="root attribute")  # fmt: skip
         for field in (*JSON_ATTRS, "program"):
             if field not in f.attrs:
                 raise SetsFileError(f"{path}: missing root attribute {field!r}")
