@@ -628,3 +628,27 @@ def test_every_reproduce_package_is_installed():
         for p in (root / "infoprobe" / "reproduce").rglob("__init__.py")
     }
     assert "infoprobe.reproduce.claims" in found and found <= listed
+
+
+def test_load_results_refuses_other_files_and_newer_schemas_by_name(tmp_path):
+    from infoprobe.reproduce.grid import ReproduceError
+    from infoprobe.reproduce.results import RESULTS_FORMAT, RESULTS_SCHEMA_VERSION
+
+    path = tmp_path / "results.json"
+    cases = [
+        ("[1, 2]", "expected a JSON object"),
+        ("{not json", "not a JSON file"),
+        (json.dumps({"format": "infoprobe.run", "schema_version": 1}), "'format'"),
+        (
+            json.dumps({"format": RESULTS_FORMAT, "schema_version": RESULTS_SCHEMA_VERSION + 1}),
+            "schema_version",
+        ),
+    ]
+    for text, match in cases:
+        path.write_text(text)
+        with pytest.raises(ReproduceError, match=match) as info:
+            load_results(path)
+        assert str(path) in str(info.value)
+    # schema 1 kept its version in format_version and is still read
+    path.write_text(json.dumps({"format": RESULTS_FORMAT, "format_version": 1, "configs": []}))
+    assert load_results(path)["configs"] == []

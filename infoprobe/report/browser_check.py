@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from infoprobe.atomic import temp_name
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_FLAGS = (
     "--headless",
@@ -123,7 +125,8 @@ def check_report(
     if n_images == 0 or n_rendered != n_images:
         raise BrowserCheckError(f"{html}: {n_rendered} of {n_images} images rendered in Chromium")
     target = Path(screenshot) if screenshot else Path(report_dir) / "screenshot.png"
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}.png")
+    # atomic.temp_name's NAME.tmp-<pid>, plus ".png": Chromium picks the format by suffix
+    tmp = Path(f"{temp_name(target)}.png")
     window = f"--window-size={WINDOW_WIDTH},{min(max(height, 600), MAX_HEIGHT)}"
     try:
         _run_chromium(binary, [window, f"--screenshot={tmp}", url], timeout)

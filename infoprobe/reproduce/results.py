@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from infoprobe.atomic import atomic_output
-from infoprobe.header import make_header
+from infoprobe.header import check_header, make_header
 from infoprobe.infoflow import predict
-from infoprobe.reproduce.grid import Claim, GridPoint, Profile, RunSpec
+from infoprobe.reproduce.grid import Claim, GridPoint, Profile, ReproduceError, RunSpec
 
 RESULTS = "results.json"
 RESULTS_FORMAT = "infoprobe.reproduce.results"
@@ -124,7 +124,19 @@ def write_results(results: Mapping[str, Any], out_dir: str | Path) -> Path:
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+    """Read a sweep's results.json (schema 1, with ``format_version``, or 2), refusing
+    another file or a newer schema by name."""
+    path = Path(path)
+    try:
+        results = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ReproduceError(f"{path}: not a JSON file ({err})") from None
+    if not isinstance(results, dict):
+        raise ReproduceError(f"{path}: expected a JSON object, got {type(results).__name__}")
+    check_header(results, path, fmt=RESULTS_FORMAT, error=ReproduceError,
+                 readable=range(1, RESULTS_SCHEMA_VERSION + 1),
+                 legacy_version="format_version")  # fmt: skip
+    return results
 
 
 # ---- tables --------------------------------------------------------------------------------
