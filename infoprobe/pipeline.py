@@ -42,10 +42,10 @@ from infoprobe.header import check_header, make_header, with_header
 from infoprobe.hooks import open_cache
 from infoprobe.hooks.hdf5 import json_differences
 from infoprobe.influence import InfluenceSettings, influence_for_cache
-from infoprobe.infoflow import as_architecture, predict, write_sets
+from infoprobe.infoflow import as_architecture, predict, read_sets, write_sets
 from infoprobe.jsonable import json_sha256
 from infoprobe.model import ModelConfig
-from infoprobe.orientation import choose_orientation
+from infoprobe.orientation import choose_orientation, recorded_orientation
 from infoprobe.probes.split import TEST, make_split
 from infoprobe.probing import ProbeSettings, run_probe
 from infoprobe.report.build import from_sources, write_report
@@ -123,6 +123,8 @@ class RunSummary:
     seed_val_nmse: dict[int, float] = field(default_factory=dict)
     """Every trained seed's best validation NMSE when several seeds were trained (the
     analysed model is the best of them); empty for one seed."""
+    orientation: str = ""
+    """The orientation of the comparisons InfoFlow's sets were predicted in, in words."""
 
     def lines(self) -> list[str]:
         nmse = "n/a" if self.val_nmse is None else f"{self.val_nmse:.3g}"
@@ -133,6 +135,7 @@ class RunSummary:
             *([f"  seeds trained together (best analysed): {seeds}"] if seeds else []),
             f"  trained model: validation NMSE {nmse}, test NMSE {test}",
             f"  InfoFlow: {self.verdict} (cost exponent {self.exponent})",
+            *([f"  orientation: {self.orientation}"] if self.orientation else []),
             *[f"  {line}" for line in self.layer_verdicts],
             f"  report: {self.report}",
         ]
@@ -462,10 +465,7 @@ def analysis_stages(
 def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
     meta = read_checkpoint_meta(ckpt_dir)
     comparison = json.loads((folder.path / "comparison.json").read_text())
-    with open_cache(folder.path / "acts.h5") as cache:
-        prediction = predict(
-            task_from_dict(cache.spec["task"]), ModelConfig.from_dict(cache.model_config)
-        )
+    sets = read_sets(folder.path / "pred.h5")
     metrics = meta.get("metrics", {})
     return RunSummary(
         out=folder.path,
@@ -473,11 +473,12 @@ def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
         heads=meta["model_config"]["heads"],
         val_nmse=metrics.get("val_nmse"),
         test_nmse=metrics.get("test_nmse"),
-        verdict=prediction.verdict,
-        exponent=str(prediction.exponent),
+        verdict=sets.prediction["verdict"],
+        exponent=sets.prediction["exponent"],
         layer_verdicts=list(comparison.get("headline", [])),
         report=folder.path / "report" / "report.html",
         skipped=folder.skipped,
+        orientation=recorded_orientation(sets.provenance.get("orientation")),
     )
 
 

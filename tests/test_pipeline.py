@@ -61,6 +61,12 @@ def test_summary_numbers_match_the_files(run_dir):
     ck = load_checkpoint(out / "checkpoint")
     assert summary.val_nmse == ck.meta["metrics"]["val_nmse"]
     assert summary.verdict == predict(TASK, MODEL).verdict == "efficient"
+    assert summary.exponent == str(predict(TASK, MODEL).exponent)
+    # the orientation of every comparison is printed with the agreement behind it
+    chosen = read_sets(out / "pred.h5").provenance["orientation"]
+    line = next(x for x in summary.lines() if x.startswith("  orientation: "))
+    for c in chosen:
+        assert f"{c['label']}: {c['chosen']}" in line
     comparison = json.loads((out / "comparison.json").read_text())
     assert summary.layer_verdicts == comparison["headline"]
     assert set(comparison["comparisons"]) == {"flow", "flow (random-init)", "decodability"}
