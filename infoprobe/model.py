@@ -41,8 +41,8 @@ class ModelConfig:
         n_ctx: T, number of data tokens (the CLS token is appended at position T).
         d_model: E, width of the residual stream.
         heads: (h_1, ..., h_L), heads of each layer; ``len(heads)`` is the depth L.
-        d_head: per-head dimension (the paper's n); ``None`` means E / h_l in each layer (E must then be
-            divisible by every h_l).
+        d_head: per-head dimension (the paper's n); ``None`` means E / h_l in each layer
+            (E must then be divisible by every h_l).
         pos_encoding: ``"none"`` (the paper's default), ``"learned"`` or ``"sinusoidal"``.
         residual: keep the residual connections (on in the paper).
         layer_norm: pre-LayerNorm before attention, FFN and readout (our choice: off).
