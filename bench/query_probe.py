@@ -1,13 +1,14 @@
-"""The query-conditioned probe on the demo's workload vs the ridge pass and today's step.
+"""The query-conditioned probe on the demo's workload vs the ridge pass and the autograd step.
 
 Workload: an activation cache of the demo's architecture (intrinsic-dim D = 2, T = 16,
 E = 32, heads (2, 2)) with N = 4096 samples and its random-init control:
 ``infoprobe probe acts.h5 --probe query --control acts-random-init.h5``, i.e. three query
-fits (the probe, the shuffled control, the random-init control) of 51 cells (3 layers ×
-17 tokens) × 16 queried positions, hidden 64, up to 100 epochs, patience 10. Pass the
-demo's caches with ``--cache``/``--control``; without them an untrained model of the same
-architecture is cached (same shapes, but early stopping, and so the time, differs from
-a trained model).
+fits (the probe, the random-init control, the shuffled control) of 51 cells (3 layers ×
+17 tokens) × 16 queried positions, hidden 64, up to 100 epochs, patience 10, trained in
+one pass (one worker pool, :func:`~infoprobe.probes.query.fit_query_probe_sets`). Pass
+the demo's caches with ``--cache``/``--control``; without them an untrained model of the
+same architecture is cached (same shapes, but early stopping, and so the time, differs
+from a trained model).
 
 Measured in one run:
 
@@ -42,7 +43,7 @@ import torch
 from cache_common import make_checkpoint, print_environment
 from ridge_workload import matmul_peak_gflops
 
-import infoprobe.probes.query as query_module
+import infoprobe.probing as probing_module
 from infoprobe.caching import cache_checkpoint
 from infoprobe.hooks import layer_sites, open_cache
 from infoprobe.probes.batched_training import (
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> None:
     h, settings = 64, ProbeSettings(probe="query")
     print(
         f"workload: {args.cache}, n={n}, {C} cells, E={E}, S={S}, k={k}, hidden {h}, "
-        f"up to {settings.mlp_epochs} epochs, patience {settings.mlp_patience}; "
+        f"up to {settings.budget.epochs} epochs, patience {settings.budget.patience}; "
         f"{torch.get_num_threads()} torch threads"
     )
     peak = matmul_peak_gflops()
@@ -174,30 +175,30 @@ def run(args: argparse.Namespace) -> None:
         ridge_times.append(time.perf_counter() - start)
     t_ridge = statistics.median(ridge_times)
 
-    fits = []  # record every query fit of the run (probe, shuffled, random-init)
-    original = query_module.fit_query_probe
+    fits = []  # record every query fit of the run (probe, random-init, shuffled)
+    original = probing_module.fit_query_probe_sets
 
     def recording(*a, **kw):
-        fits.append(original(*a, **kw))
-        return fits[-1]
+        fits.extend(original(*a, **kw))
+        return fits[-len(a[0]) :]
 
-    query_module.fit_query_probe = recording
+    probing_module.fit_query_probe_sets = recording
     wall, cpu = time.perf_counter(), time.process_time()
     probe_cache(args.cache, control_path=args.control, settings=settings, progress=False)
     t_query, cpu_query = time.perf_counter() - wall, time.process_time() - cpu
-    query_module.fit_query_probe = original
+    probing_module.fit_query_probe_sets = original
     peak = max(peak, matmul_peak_gflops())
 
     split = make_split(n)
     n_train, n_val = int((split == TRAIN).sum()), int((split == VAL).sum())
-    patience, epochs = settings.mlp_patience, settings.mlp_epochs
+    patience, epochs = settings.budget.patience, settings.budget.epochs
     trained = [np.minimum(f.best_epoch + patience + 1, epochs) for f in fits]  # per cell
     cell_epochs = int(sum(t.sum() for t in trained))
     flop = cell_epochs * (
         n_train * (4 * E * h + 6 * h * k * S) + n_val * (2 * E * h + 2 * h * k * S)
     )
     gelu_floor = cell_epochs * n_train * S * h * gelu_ns * 1e-9 / args.threads
-    for name, t in zip(("probe", "shuffled", "random-init"), trained, strict=True):
+    for name, t in zip(("probe", "random-init", "shuffled"), trained, strict=True):
         print(
             f"  {name}: a cell trained {t.mean():.1f} epochs on average "
             f"(min {t.min()}, max {t.max()})"
