@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.metrics import pooled_r2
 from infoprobe.probes.mlp import BatchedMLP, fit_mlp_probes
 
@@ -128,14 +129,13 @@ def main() -> None:
         f"{torch.get_num_threads()} torch threads, device {args.device}"
     )
 
-    budget = {
-        "hidden": args.hidden,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "patience": args.patience,
-        "seed": args.seed,
-    }
+    budget = TrainingBudget(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        patience=args.patience,
+        seed=args.seed,
+    )
     device = torch.device(args.device)
     x_all = standardise(X, splits[0]).to(device)
     y_all = standardise(Y, splits[0]).to(device)
@@ -149,7 +149,9 @@ def main() -> None:
     batched_wall, batched_cpu, loop_wall, loop_cpu, deltas = [], [], [], [], []
     for repeat in range(args.repeats):
         wall, cpu = time.perf_counter(), time.process_time()
-        fit = fit_mlp_probes(X, Y, *splits, device=args.device, progress=False, **budget)
+        fit = fit_mlp_probes(
+            X, Y, *splits, hidden=args.hidden, budget=budget, device=args.device, progress=False
+        )
         batched_wall.append(time.perf_counter() - wall)
         batched_cpu.append(time.process_time() - cpu)
         for c, s in chosen[repeat * per_repeat : (repeat + 1) * per_repeat]:
