@@ -58,9 +58,16 @@ def test_quick_profiles_use_the_documented_settings():
     for claim in CLAIMS.values():
         for point in claim.profile("quick").points:
             t = point.train_config(0)
-            adopted = claim.name == "intrinsic-dim" and point.coords["D"] == 2
-            warmup = 1000 if adopted else 100  # the recipe study's outcome for D=2
+            # the recipe study's recipe: intrinsic-dim D=2 (the study), the same model in
+            # argmax-probe, and fixed-positions (the transfer rule, docs/model.md)
+            adopted = (claim.name, point.label) in {
+                ("argmax-probe", "intrinsic-dim (2,2) T=16"),
+                ("fixed-positions", "1 layer, 1 head, learned positions"),
+            } or (claim.name == "intrinsic-dim" and point.coords["D"] == 2)
+            warmup, lr_gain = (1000, (5e-3, 0.5)) if adopted else (100, None)
             assert (t.batch_size, t.weight_decay, t.warmup, t.grad_clip) == (256, 1e-2, warmup, 1.0)
+            if lr_gain:
+                assert (t.lr, point.model_config().init_gain) == lr_gain
             assert t.n_train is None  # fresh samples every step
             m = point.model_config()
             assert not m.layer_norm and m.d_head is None  # n = E / h

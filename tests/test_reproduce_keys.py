@@ -1,5 +1,7 @@
 """Run keys never change: every grid point of every claim and profile keeps the key, spec
 and seed count recorded in tests/reproduce_keys.json, so finished result folders resume.
+A point whose settings were changed on purpose (a new recipe means new runs) is marked
+``changed`` there, with the reason, and holds its new key and spec.
 
 The recorded keys and specs were written by the claims as they were before they became
 typed configs (commit 735cab4). Here each key is also recomputed from the recorded spec

@@ -14,6 +14,9 @@ from infoprobe.reproduce.claims.defaults import (
     PAPER_TRAIN,
     QUICK_SEEDS,
     QUICK_TRAIN,
+    STUDY_INIT_GAIN,
+    STUDY_NOTE,
+    STUDY_TRAIN,
     arch,
     heads_label,
     paper_runtime,
@@ -23,8 +26,8 @@ from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profil
 from infoprobe.tasks import Task
 from infoprobe.train import TrainConfig
 
-Row = tuple[Task, tuple[int, ...], int, TrainConfig, Literal["data", "cls"]]
-"""(task, heads per layer, width E, training settings, probed query tokens)."""
+Row = tuple[Task, tuple[int, ...], int, TrainConfig, float, Literal["data", "cls"]]
+"""(task, heads per layer, width E, training settings, init gain, probed query tokens)."""
 
 QUICK_PROBE_N = 4096
 PAPER_PROBE_N = 20_000
@@ -39,11 +42,11 @@ def argmax_points(rows: Sequence[Row], probe_n: int) -> tuple[GridPoint, ...]:
             series=f"{problem.name} {heads_label(heads)}",
             coords={"task": problem.name, "T": problem.T},
             task=problem,
-            model=arch(problem, E, heads),
+            model=arch(problem, E, heads, init_gain=init_gain),
             train=train,
             analyses={"role_probe": {"n": probe_n, "ranks": [1, 2], "tokens": tokens}},
         )
-        for problem, heads, E, train, tokens in rows
+        for problem, heads, E, train, init_gain, tokens in rows
     )
 
 
@@ -52,12 +55,21 @@ QUICK = Profile(
     seeds=QUICK_SEEDS,
     points=argmax_points(
         [
-            (task("intrinsic-dim", T=16, D=2, d=4), (2, 2), 32, QUICK_TRAIN, "data"),
+            # the intrinsic-dim quick profile's D=2 model, trained the same way
+            (
+                task("intrinsic-dim", T=16, D=2, d=4),
+                (2, 2),
+                32,
+                STUDY_TRAIN,
+                STUDY_INIT_GAIN,
+                "data",
+            ),
             (
                 task("d-retrieval", T=16, D=4, d=4),
                 (4,),
                 32,
                 replace(QUICK_TRAIN, steps=5_000),
+                1.0,
                 "cls",
             ),
         ],
@@ -65,7 +77,8 @@ QUICK = Profile(
     ),
     departures=(
         "T=16",
-        PAPER_LR_NOTE,
+        f"intrinsic-dim: {STUDY_NOTE}",
+        f"d-retrieval: {PAPER_LR_NOTE}",
         "intrinsic-dim 10k steps, d-retrieval 5k steps, 2 seeds",
         "probe from h(t,1) (after block 0); untrained = the same network at its "
         "initialisation: our choice",
@@ -100,8 +113,8 @@ PAPER = Profile(
     seeds=PAPER_SEEDS,
     points=argmax_points(
         [
-            (task("intrinsic-dim", T=64, D=2, d=4), (2, 2), 32, PAPER_TRAIN, "data"),
-            (task("d-retrieval", T=64, D=4, d=4), (4,), 48, PAPER_TRAIN, "cls"),
+            (task("intrinsic-dim", T=64, D=2, d=4), (2, 2), 32, PAPER_TRAIN, 1.0, "data"),
+            (task("d-retrieval", T=64, D=4, d=4), (4,), 48, PAPER_TRAIN, 1.0, "cls"),
         ],
         probe_n=PAPER_PROBE_N,
     ),

@@ -12,6 +12,8 @@ from infoprobe.reproduce.claims.defaults import (
     PAPER_TRAIN,
     QUICK_SEEDS,
     QUICK_TRAIN,
+    STUDY_INIT_GAIN,
+    STUDY_TRAIN,
     arch,
     heads_label,
     paper_runtime,
@@ -25,11 +27,9 @@ from infoprobe.train import TrainConfig
 # were still near 1e-2 after 10k steps, so the best of 2 seeds measured luck more than
 # capability. See docs/reproduction.md, "One change made after a result".
 QUICK_D2_SEEDS = 4
-# D=2's recipe, adopted by the pre-registered study bench/recipe_study.py (held-out seeds
-# 300..303, (2,2) median best NMSE 6.4e-4 with every seed below 1e-3, against 6.3e-3 and a
-# worst seed of 2.4e-2 at lr 2e-3, warm-up 100, gain 1): see docs/model.md.
-QUICK_D2_TRAIN = replace(QUICK_TRAIN, lr=5e-3, warmup=1000)
-QUICK_D2_INIT_GAIN = 0.5
+# D=2's recipe, adopted by the pre-registered study bench/recipe_study.py: see docs/model.md.
+QUICK_D2_TRAIN = STUDY_TRAIN
+QUICK_D2_INIT_GAIN = STUDY_INIT_GAIN
 QUICK_D3_TRAIN = replace(QUICK_TRAIN, lr=1e-3)
 # Paper profile: width E per D, divisible by D and D-1 (our choice; not stated).
 PAPER_WIDTHS = ((2, 32), (3, 48), (4, 48), (5, 60), (6, 60))
