@@ -42,19 +42,12 @@ from infoprobe.tasks.scores import bilinear_key_pair, bilinear_query_key, key_pr
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from brute import first_argmax
+
 T = 8
 
 
 # ---- brute force ---------------------------------------------------------------------
-def first_argmax(values) -> int:
-    """Index of the largest value, ties to the lowest index (plain Python)."""
-    best = 0
-    for i, v in enumerate(values):
-        if v > values[best]:
-            best = i
-    return best
-
-
 def brute_pair_keys(x: np.ndarray, A: np.ndarray, distinct: bool):
     """Stage 1: p[i, t] = argmax_s x(t)^T A x(s); stage 2: argmax_t x(t)^T A x(p(t))."""
     n, T_, _ = x.shape

@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from brute import first_argmax
 
 from infoprobe.caching import cache_checkpoint
 from infoprobe.checkpoint import save_checkpoint
@@ -20,14 +21,6 @@ from infoprobe.tasks import TaskError, make_task
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 T = 8
-
-
-def first_argmax(values) -> int:
-    best = 0
-    for i, v in enumerate(values):
-        if v > values[best]:
-            best = i
-    return best
 
 
 def pair_value(x, A, s, t) -> float:
