@@ -192,10 +192,11 @@ class ProbeResults:
                     f"{p}: attribute 'schema_version' and group '/scores' expected "
                     "(an infoprobe results file), not found"
                 )
-            if int(version) > SCHEMA_VERSION:
+            if not isinstance(version, (int, np.integer)) or not 1 <= version <= SCHEMA_VERSION:
+                newer = isinstance(version, (int, np.integer)) and version > SCHEMA_VERSION
                 raise ResultsFileError(
-                    f"{p}: attribute 'schema_version' expected 1..{SCHEMA_VERSION}, got "
-                    f"{int(version)}; upgrade infoprobe"
+                    f"{p}: attribute 'schema_version' expected an integer 1..{SCHEMA_VERSION}, "
+                    f"got {version!r}" + ("; upgrade infoprobe" if newer else "")
                 )
             if f.attrs.get("format") != FORMAT:
                 raise ResultsFileError(

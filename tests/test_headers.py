@@ -225,24 +225,28 @@ def test_a_run_folder_of_schema_1_resumes(run_dir, tmp_path):
 def test_newer_schemas_are_refused_naming_file_field_and_values(run_dir, tmp_path):
     out, _, _ = run_dir
 
-    def newer_h5(name: str) -> Path:
+    def newer_h5(name: str, version=99) -> Path:
         path = Path(shutil.copy(out / name, tmp_path / name))
         with h5py.File(path, "r+") as f:
-            f.attrs["schema_version"] = 99
+            f.attrs["schema_version"] = version
         return path
 
-    cases = [
-        (NewerSchemaError, lambda: open_cache(newer_h5("acts.h5"))),
-        (SetsFileError, lambda: read_sets(newer_h5("pred.h5"))),
-        (ValueError, lambda: read_influence(newer_h5("flow.h5"))),
-        (ResultsFileError, lambda: ProbeResults.read(newer_h5("probes.h5"))),
+    readers = [
+        (ValueError, lambda v: open_cache(newer_h5("acts.h5", v))),  # NewerSchemaError for 99
+        (SetsFileError, lambda v: read_sets(newer_h5("pred.h5", v))),
+        (ValueError, lambda v: read_influence(newer_h5("flow.h5", v))),
+        (ResultsFileError, lambda v: ProbeResults.read(newer_h5("probes.h5", v))),
     ]
-    for error, read in cases:
-        with pytest.raises(error) as info:
-            read()
-        message = str(info.value)
-        assert str(tmp_path) in message and "schema_version" in message and "99" in message
-        assert "2" in message.replace("99", ""), message  # the version this infoprobe reads
+    with pytest.raises(NewerSchemaError):
+        open_cache(newer_h5("acts.h5"))
+    for error, read in readers:
+        for bad in (99, "two"):  # newer, and not an integer at all
+            with pytest.raises(error) as info:
+                read(bad)
+            message = str(info.value)
+            assert str(tmp_path) in message and "schema_version" in message, message
+            assert str(bad) in message, message
+            assert "2" in message.replace("99", ""), message  # the version this infoprobe reads
     ckpt = tmp_path / "ckpt"
     shutil.copytree(out / "checkpoint", ckpt)
     meta = json.loads((ckpt / "checkpoint.json").read_text())
