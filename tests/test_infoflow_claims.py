@@ -1,4 +1,4 @@
-"""The InfoFlow engine reproduces the theory's claims (issue 3, claims 1-6)."""
+"""The InfoFlow engine reproduces the theory's claims (the paper's claims 1-6, docs/infoflow.md)."""
 
 import math
 
