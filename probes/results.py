@@ -192,8 +192,9 @@ class ProbeResults:
                     f"{p}: attribute 'schema_version' and group '/scores' expected "
                     "(an infoprobe results file), not found"
                 )
-            if not isinstance(version, (int, np.integer)) or not 1 <= version <= SCHEMA_VERSION:
-                newer = isinstance(version, (int, np.integer)) and version > SCHEMA_VERSION
+            version = version.item() if isinstance(version, np.generic) else version
+            if not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
+                newer = isinstance(version, int) and version > SCHEMA_VERSION
                 raise ResultsFileError(
                     f"{p}: attribute 'schema_version' expected an integer 1..{SCHEMA_VERSION}, "
                     f"got {version!r}" + ("; upgrade infoprobe" if newer else "")
