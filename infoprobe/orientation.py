@@ -72,10 +72,9 @@ def choose_orientation(
             f"got {len(patterns)}"
         )
     structure = task.structure()
-    flip = tuple("mirrored" if m else "declared" for m in structure.mirrorable)
     keys = {}
-    for name, orientation in (("declared", None), ("mirrored", flip)):
-        program = predict(task, arch, orientation=orientation, search_min_heads=False).program
+    for name in ("declared", "mirrored"):  # "mirrored": every comparison that has a mirror
+        program = predict(task, arch, orientation=name, search_min_heads=False).program
         keys[name] = _first_stages(retrievals(program, x))
     out = []
     for i, comparison in enumerate(structure.comparisons):

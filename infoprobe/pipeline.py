@@ -37,7 +37,6 @@ from infoprobe.atomic import atomic_output
 from infoprobe.caching import cache_checkpoint
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
 from infoprobe.compare import write_comparisons
-from infoprobe.errors import UsageError
 from infoprobe.header import check_header, make_header, with_header
 from infoprobe.hooks import open_cache
 from infoprobe.hooks.hdf5 import json_differences
@@ -52,7 +51,7 @@ from infoprobe.report.build import from_sources, write_report
 from infoprobe.rollout import RolloutConfig
 from infoprobe.seeds import differing_settings, seed_dir, train_seeds
 from infoprobe.sources import checkpoint_history, compare_sources, load_sources
-from infoprobe.tasks import ORIENTATIONS, Task, task_from_dict
+from infoprobe.tasks import Task, task_from_dict
 from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
 
 MANIFEST = "run.json"
@@ -285,27 +284,15 @@ def predict_for_cache(
             "checkpoint_sha256": cache.checkpoint_sha256,
             "data_spec": spec,
         }
-    mirrorable = task.structure().mirrorable
-    if orientation == "auto":
-        if patterns is None:
-            chosen = None
-            provenance["orientation"] = "declared: the cache holds no attention patterns"
-        else:
-            choices = choose_orientation(task, as_architecture(arch), x, patterns)
-            chosen = [c.chosen for c in choices]
-            provenance["orientation"] = [c.to_dict() for c in choices]
-    elif isinstance(orientation, str):
-        if orientation not in ORIENTATIONS:
-            raise UsageError(
-                f"orientation: expected auto, {', '.join(ORIENTATIONS)} or one per comparison, "
-                f"got {orientation!r}"
-            )
-        chosen = ["mirrored" if m and orientation == "mirrored" else "declared" for m in mirrorable]
-        provenance["orientation"] = "given: " + ", ".join(chosen)
-    else:
-        chosen = list(orientation)
-        provenance["orientation"] = "given: " + ", ".join(chosen)
-    prediction = predict(task, arch, orientation=chosen)
+    if orientation == "auto" and patterns is None:
+        orientation = None
+        provenance["orientation"] = "declared: the cache holds no attention patterns"
+    elif orientation == "auto":
+        choices = choose_orientation(task, as_architecture(arch), x, patterns)
+        orientation = [c.chosen for c in choices]
+        provenance["orientation"] = [c.to_dict() for c in choices]
+    prediction = predict(task, arch, orientation=orientation)
+    provenance.setdefault("orientation", "given: " + ", ".join(prediction.orientation))
     return write_sets(out, prediction, x, provenance, overwrite=overwrite)
 
 

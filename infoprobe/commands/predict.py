@@ -175,9 +175,6 @@ def run(args: argparse.Namespace) -> int:
     orientation = _orientation(args.orientation or "declared")
     if orientation == "auto":
         raise UsageError("--orientation auto reads a model's attention: it needs --cache ACTS.h5")
-    if isinstance(orientation, str):
-        mirrorable = task.structure().mirrorable
-        orientation = [orientation if m else "declared" for m in mirrorable]
     prediction = predict(task, config, kth_law=args.kth_law, orientation=orientation)
     if args.grid:
         return _run_grid(args, task, prediction)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from infoprobe.tasks import ComparisonStructure, Task, TaskError
+from infoprobe.tasks import ORIENTATIONS, ComparisonStructure, Task, TaskError
 
 from .arch import Architecture, as_architecture
 from .cost import DEFAULT_KTH_LAW, KTH_LAWS, Exponent, KthLaw
@@ -30,14 +30,25 @@ def resolve_kth_law(kth_law: str | KthLaw) -> KthLaw:
     return KTH_LAWS[kth_law]
 
 
-def oriented_structure(task: Task, orientation: Sequence[str] | None) -> ComparisonStructure:
+def resolve_orientation(task: Task, orientation: str | Sequence[str] | None) -> tuple[str, ...]:
+    """One orientation per comparison of ``task``: a sequence is taken as given; "declared"
+    or "mirrored" puts every comparison that has a mirror in that orientation (the others
+    stay declared); None means all declared."""
+    if orientation is None or isinstance(orientation, str):
+        which = orientation or "declared"
+        if which not in ORIENTATIONS:
+            raise InfoFlowError(
+                f"orientation: expected one of {ORIENTATIONS} or one per comparison, got {which!r}"
+            )
+        return tuple(which if m else "declared" for m in task.structure().mirrorable)
+    return tuple(orientation)
+
+
+def oriented_structure(task: Task, orientation: Sequence[str]) -> ComparisonStructure:
     """The task's comparison structure, comparison i resolved as ``orientation[i]``
-    ("declared" or "mirrored"; None: all as declared)."""
-    structure = task.structure()
-    if orientation is None:
-        return structure
+    ("declared" or "mirrored")."""
     try:
-        return structure.oriented(tuple(orientation))
+        return task.structure().oriented(tuple(orientation))
     except TaskError as err:
         raise InfoFlowError(f"task {task.name}: {err}") from None
 
@@ -209,7 +220,7 @@ def predict(
     *,
     kth_law: str | KthLaw = DEFAULT_KTH_LAW,
     search_min_heads: bool = True,
-    orientation: Sequence[str] | None = None,
+    orientation: str | Sequence[str] | None = None,
     **arch_kwargs: Any,
 ) -> Prediction:
     """InfoFlow prediction for ``task`` on ``arch``.
@@ -218,7 +229,8 @@ def predict(
     heads per layer with keywords ``d_model``, ``d_head``, ``pos_encoding`` (see
     :func:`as_architecture`). ``kth_law``: "tail" (default, (T-k-1)/(n+1)), "rank"
     ((k-1)/n) or a callable ``(k, n) -> Affine``. ``orientation``: per comparison of the
-    task, "declared" or "mirrored" (None: all declared); it changes which key each
+    task, "declared" or "mirrored", or one of the two for every comparison that has a
+    mirror (:func:`resolve_orientation`; None: all declared); it changes which key each
     retrieval picks, never the program's shape, cost or verdict.
     """
     architecture = as_architecture(arch, **arch_kwargs)
@@ -227,6 +239,7 @@ def predict(
             f"architecture field 'n_ctx' is {arch.n_ctx} but the task has T={task.T}"
         )
     law = resolve_kth_law(kth_law)
+    orientation = resolve_orientation(task, orientation)
     structure = oriented_structure(task, orientation)
     program, exponent = cheapest_program(task, architecture, law, structure)
     program.check(architecture)
@@ -242,5 +255,5 @@ def predict(
         comparison_number=structure.number,
         comparison_order=structure.order,
         kth_law=kth_law if isinstance(kth_law, str) else getattr(kth_law, "__name__", "custom"),
-        orientation=tuple(orientation or ("declared",) * len(structure.comparisons)),
+        orientation=orientation,
     )
