@@ -48,6 +48,7 @@ from infoprobe.probes.chunked_fit import (
     ProbeShape,
     fit_batched,
 )
+from infoprobe.probes.native import GeluReadoutKernel, kernel
 from infoprobe.probes.validate import ArrayLike, check_positive_int
 
 __all__ = [
@@ -124,6 +125,34 @@ class GeluReadout(torch.autograd.Function):
         return grad_pre, grad_w, grad_bias
 
 
+def cpu_kernel(device: torch.device, k: int) -> GeluReadoutKernel | None:
+    """The fused kernel (:mod:`infoprobe.probes.native`) when it serves ``device`` and k
+    outputs, else None (the PyTorch step runs)."""
+    fused = kernel() if torch.device(device).type == "cpu" else None
+    return fused if fused is not None and k <= fused.max_outputs else None
+
+
+def fused_readout(
+    fused: GeluReadoutKernel,
+    base: torch.Tensor,
+    off: torch.Tensor | None,
+    w_out: torch.Tensor,
+    b_out: torch.Tensor,
+    y: torch.Tensor,
+    work: Workspace,
+    grads: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor] | None = None,
+    scale: float = 0.0,
+) -> torch.Tensor:
+    """Sum of squared residuals ``[G]`` of ``GELU(base + off)`` read out by ``w_out``, ``b_out``
+    against ``y [b, S, k]``, and with ``grads`` the gradients of ``scale/2`` times their
+    sum (shapes in :class:`~infoprobe.probes.native.GeluReadoutKernel`)."""
+    y_t = work("y_t", y.shape[1], y.shape[2], y.shape[0])
+    y_t.copy_(y.permute(1, 2, 0))
+    loss = work("loss", base.shape[0])
+    fused(base, off, w_out, b_out, y_t, scale, loss, grads)
+    return loss
+
+
 class BatchedMLP(BatchedProbes):
     """C·S independent MLPs ``E -> hidden -> GELU -> k``, one per (cell, target).
 
@@ -174,15 +203,9 @@ class BatchedMLP(BatchedProbes):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pre-activations, activations ``[c·S, h, b]`` and the residual ``x̂ - y``
         ``[c, S, k, b]``, written into ``work`` (no autograd)."""
-        c, n_targets, hidden, d_in = self.w_in.shape
+        c, n_targets, hidden, _ = self.w_in.shape
         b, k = x.shape[1], self.w_out.shape[2]
-        pre = work("pre", c * n_targets, hidden, b)
-        torch.baddbmm(
-            self.b_in.reshape(c, n_targets * hidden, 1),
-            self.w_in.view(c, n_targets * hidden, d_in),
-            x.transpose(1, 2),
-            out=pre.view(c, n_targets * hidden, b),
-        )
+        pre = self._pre_into(x, work)
         act = torch.ops.aten.gelu.out(pre, out=work("act", c * n_targets, hidden, b))
         out = work("out", c * n_targets, k, b)
         torch.baddbmm(
@@ -191,10 +214,28 @@ class BatchedMLP(BatchedProbes):
         residual = out.view(c, n_targets, k, b).sub_(y.permute(1, 2, 0))
         return pre, act, residual
 
+    def _pre_into(self, x: torch.Tensor, work: Workspace) -> torch.Tensor:
+        """First layer of every probe, ``[c·S, h, b]`` (one GEMM per cell), into ``work``."""
+        c, n_targets, hidden, d_in = self.w_in.shape
+        pre = work("pre", c * n_targets, hidden, x.shape[1])
+        torch.baddbmm(
+            self.b_in.reshape(c, n_targets * hidden, 1),
+            self.w_in.view(c, n_targets * hidden, d_in),
+            x.transpose(1, 2),
+            out=pre.view(c, n_targets * hidden, -1),
+        )
+        return pre
+
     @torch.no_grad()
     def eval_loss(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> torch.Tensor:
         """Mean squared error per probe ``[c, S]`` over samples and coordinates."""
-        return self._forward_into(x, y, work)[2].square_().mean(dim=(2, 3))
+        c, n_targets, k, hidden = self.w_out.shape
+        fused = cpu_kernel(x.device, k)
+        if fused is None:
+            return self._forward_into(x, y, work)[2].square_().mean(dim=(2, 3))
+        w_out, b_out = self.w_out.view(-1, k, hidden), self.b_out.view(-1, k)
+        loss = fused_readout(fused, self._pre_into(x, work), None, w_out, b_out, y, work)
+        return loss.view(c, n_targets) / (k * x.shape[1])
 
     @torch.no_grad()
     def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
@@ -202,17 +243,31 @@ class BatchedMLP(BatchedProbes):
         for p in self.parameters():
             if p.grad is None:
                 p.grad = torch.empty_like(p)
+        c, n_targets, hidden, d_in = self.w_in.shape
+        k, b = self.w_out.shape[2], x.shape[1]
+        fused = cpu_kernel(x.device, k)
+        if fused is not None:
+            pre = self._pre_into(x, work)
+            g_pre = work("g_pre", c * n_targets, hidden, b)
+            grads = (g_pre, None, self.w_out.grad.view(-1, k, hidden), self.b_out.grad.view(-1, k))
+            w_out, b_out = self.w_out.view(-1, k, hidden), self.b_out.view(-1, k)
+            fused_readout(fused, pre, None, w_out, b_out, y, work, grads, 2.0 / (k * b))
+        else:
+            g_pre = self._eager_gradients(x, y, work)
+        torch.sum(g_pre, dim=2, out=self.b_in.grad.view(-1, hidden))
+        g_pre = g_pre.view(c, n_targets * hidden, b)
+        torch.bmm(g_pre, x, out=self.w_in.grad.view(c, n_targets * hidden, d_in))
+
+    def _eager_gradients(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> torch.Tensor:
+        """The PyTorch step's readout gradients; returns d loss / d pre ``[c·S, h, b]``."""
         pre, act, residual = self._forward_into(x, y, work)
         c, n_targets, k, b = residual.shape
-        hidden, d_in = self.w_in.shape[2:]
+        hidden = self.w_in.shape[2]
         g_out = residual.mul_(2.0 / (k * b)).view(c * n_targets, k, b)
         torch.bmm(g_out, act.transpose(1, 2), out=self.w_out.grad.view(-1, k, hidden))
         torch.sum(g_out, dim=2, out=self.b_out.grad.view(-1, k))
         small_matmul_t(self.w_out.view(-1, k, hidden), g_out, out=act)  # d loss / d act
-        g_pre = torch.ops.aten.gelu_backward.grad_input(act, pre, grad_input=pre)
-        torch.sum(g_pre, dim=2, out=self.b_in.grad.view(-1, hidden))
-        g_pre = g_pre.view(c, n_targets * hidden, b)
-        torch.bmm(g_pre, x, out=self.w_in.grad.view(c, n_targets * hidden, d_in))
+        return torch.ops.aten.gelu_backward.grad_input(act, pre, grad_input=pre)
 
 
 # --------------------------------------------------------------------------- memory

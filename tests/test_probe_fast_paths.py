@@ -1,6 +1,7 @@
-"""The hand-written training steps, the dropping of early-stopped probes and the worker
-threads change nothing: gradients equal autograd's, and a query probe trained with them
-equals one MLP per cell trained alone with ``nn.Linear`` layers and ``torch.optim.Adam``."""
+"""The hand-written training steps (with and without the fused kernel), the dropping of
+early-stopped probes and the worker threads change nothing: gradients equal autograd's,
+and a query probe trained with them equals one MLP per cell trained alone with
+``nn.Linear`` layers and ``torch.optim.Adam``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from torch import nn
 
 from infoprobe.cli import build_parser
 from infoprobe.commands.run import run_settings_from_args
-from infoprobe.probes import chunked_fit
+from infoprobe.probes import chunked_fit, native
 from infoprobe.probes.batched_training import BatchedProbes, TrainingBudget, Workspace
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.mlp import BatchedMLP, fit_mlp_probe_sets, fit_mlp_probes
@@ -19,6 +20,18 @@ from infoprobe.probes.query import BatchedQueryMLP, fit_query_probe, fit_query_p
 from infoprobe.probing import ProbeSettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(params=["fused kernel", "pytorch steps"])
+def steps(request):
+    """Each test below runs with the compiled kernel (where it builds) and without it."""
+    if request.param == "pytorch steps":
+        with native.pytorch_steps():
+            yield
+    elif native.kernel() is None:
+        pytest.skip("the fused kernel is not built on this machine")
+    else:
+        yield
 
 
 def split(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -36,6 +49,7 @@ def split(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         (lambda: BatchedMLP(range(2), 3, 6, 7, 10, seed=1), 3, 10),  # k > 8: the GEMM branch
     ],
 )
+@pytest.mark.usefixtures("steps")
 def test_hand_written_step_equals_autograd(make, S, k):
     module = make()
     gen = torch.Generator().manual_seed(0)
@@ -113,6 +127,7 @@ def per_cell_reference(X, Y, splits, init, *, query, epochs, batch_size, lr, pat
 
 
 @pytest.mark.parametrize("query", ["onehot", "learned"])
+@pytest.mark.usefixtures("steps")
 def test_query_probe_equals_per_cell_training(query):
     n, cells, S, k, hidden, seed = 300, 4, 5, 2, 8, 3
     X, Y = retrieval_data(n, cells, S, k)

@@ -1,0 +1,165 @@
+/* The hidden nonlinearity and readout of the batched MLP probes, forward and backward, fused.
+
+   For G groups of probes, Q queries each, hidden width H, a minibatch of B samples and K
+   outputs (all float32, C order):
+
+       pre[g, q, h, i] = base[g, h, i] + off[g, q, h]          (off may be NULL: 0)
+       act             = GELU(pre)                              (exact, erf form)
+       out[g, q, k, i] = bias[g, k] + sum_h w[g, k, h] act[g, q, h, i]
+       r               = out - y[t(g, q), k, i],   t(g, q) = (g Q + q) mod SY
+
+   loss[g] = sum over q, k, i of r^2. With gradients on (grad != 0), for the loss
+   L = (scale / 2) sum_g loss[g]:
+
+       g_base[g, h, i] = sum_q dL/dpre[g, q, h, i]   (overwritten)
+       g_off[g, q, h]  = sum_i dL/dpre[g, q, h, i]   (overwritten; skipped when off is NULL)
+       g_w[g, k, h]    = dL/dw,   g_bias[g, k] = dL/dbias       (overwritten)
+
+   The query probe is G = cells, Q = SY = positions; the per-target MLP probes are
+   G = cells x targets, Q = 1, SY = targets, off = NULL. Nothing of size Q H B is written to
+   memory: a block of V samples is carried through GELU, the readout, the residual and
+   back in local arrays, with one exp per element serving both erf and the GELU
+   derivative. erf is Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7, the
+   approximation PyTorch's vectorised CPU erf uses); exp is a degree-7 polynomial after
+   reduction by ln 2 (relative error below 2e-7 on the range used, x <= 0).
+
+   Compiled at first use by infoprobe.probes.native with -O3 -march=native and
+   reassociation allowed, so the inner loops over the V samples of a block vectorise. */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define V 16   /* samples per block: one vector (one AVX-512 register, two AVX2 ones) */
+#define KMAX 16
+
+typedef float vf __attribute__((vector_size(4 * V)));
+typedef int32_t vi __attribute__((vector_size(4 * V)));
+
+int gelu_readout_kmax(void) { return KMAX; }
+
+static inline vf splat(float a) { return (vf){0} + a; }
+
+static inline vf load(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+
+static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* The first n lanes from p, zeros after. */
+static inline vf load_part(const float *p, int64_t n) {
+    float tmp[V] = {0};
+    memcpy(tmp, p, sizeof(float) * (size_t)n);
+    return load(tmp);
+}
+
+static inline float sum(vf v) {
+    float s = 0.0f;
+    for (int i = 0; i < V; i++) s += v[i];
+    return s;
+}
+
+/* exp(x) for x <= 0 (clamped below at -87, where exp is below 1.7e-38). */
+static inline vf exp_nonpositive(vf x) {
+    const float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
+    vi low = x < splat(-87.0f);
+    x = (vf)((low & (vi)splat(-87.0f)) | (~low & (vi)x));
+    vi n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vi);  /* round, ties down */
+    vf nf = __builtin_convertvector(n, vf);
+    vf r = x - nf * ln2_hi - nf * ln2_lo;  /* |r| <= ln2 / 2 + rounding */
+    vf p = splat(1.0f / 5040.0f);
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * (vf)((n + 127) << 23);  /* times 2^n, n >= -126 */
+}
+
+/* GELU(x) = x Phi(x) and its slope Phi(x) + x phi(x), from one exp(-x^2 / 2). */
+static inline void gelu(vf x, vf *act, vf *slope) {
+    vf e = exp_nonpositive(-0.5f * x * x);
+    vi sign = (vi)x & (int32_t)0x80000000;
+    vf au = (vf)((vi)x ^ sign) * 0.70710678118654752f;  /* |x| / sqrt 2 */
+    vf t = 1.0f / (1.0f + 0.3275911f * au);
+    vf poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t
+               + 0.254829592f) * t;
+    vf half_erf = 0.5f - 0.5f * poly * e;  /* erf(|x| / sqrt 2) / 2 */
+    vf cdf = 0.5f + (vf)((vi)half_erf ^ sign);
+    *act = x * cdf;
+    *slope = cdf + x * 0.39894228040143268f * e;
+}
+
+/* Returns 0, or -1 when K is not in 1..KMAX or scratch memory is unavailable. */
+int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
+                 const float *base, const float *off, const float *w, const float *bias,
+                 const float *y, float scale, int grad, float *loss, float *g_base,
+                 float *g_off, float *g_w, float *g_bias) {
+    if (K > KMAX || K < 1) return -1;
+    /* per block: act and slope [H]; per query: g_off lanes [H]; per group: g_w lanes [K][H] */
+    vf *scratch = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)(H * (3 + K)));
+    if (scratch == NULL) return -1;
+    vf *as = scratch, *ds = as + H, *acc_off = ds + H, *acc_w = acc_off + H;
+
+    for (int64_t g = 0; g < G; g++) {
+        const float *bg = base + g * H * B, *wg = w + g * K * H;
+        vf loss_acc = splat(0.0f), bias_acc[KMAX];
+        for (int64_t k = 0; k < K; k++) bias_acc[k] = splat(0.0f);
+        if (grad) {
+            if (Q > 1) memset(g_base + g * H * B, 0, sizeof(float) * (size_t)(H * B));
+            for (int64_t j = 0; j < K * H; j++) acc_w[j] = splat(0.0f);
+        }
+        for (int64_t q = 0; q < Q; q++) {
+            const float *oq = off ? off + (g * Q + q) * H : NULL;
+            const float *yq = y + ((g * Q + q) % SY) * K * B;
+            if (grad)
+                for (int64_t h = 0; h < H; h++) acc_off[h] = splat(0.0f);
+            for (int64_t i0 = 0; i0 < B; i0 += V) {
+                int64_t nv = B - i0 < V ? B - i0 : V;
+                vf out[KMAX], gr[KMAX];
+                for (int64_t k = 0; k < K; k++) out[k] = splat(bias[g * K + k]);
+                for (int64_t h = 0; h < H; h++) {
+                    const float *bh = bg + h * B + i0;
+                    vf x = (nv == V ? load(bh) : load_part(bh, nv)) + (oq ? oq[h] : 0.0f);
+                    gelu(x, &as[h], &ds[h]);
+                    for (int64_t k = 0; k < K; k++) out[k] += wg[k * H + h] * as[h];
+                }
+                vf mask = splat(0.0f);
+                for (int v = 0; v < nv; v++) mask[v] = 1.0f;
+                for (int64_t k = 0; k < K; k++) {
+                    const float *yk = yq + k * B + i0;
+                    vf r = (out[k] - (nv == V ? load(yk) : load_part(yk, nv))) * mask;
+                    loss_acc += r * r;
+                    gr[k] = scale * r;
+                    bias_acc[k] += gr[k];
+                }
+                if (!grad) continue;
+                for (int64_t h = 0; h < H; h++) {
+                    vf ga = wg[h] * gr[0];
+                    for (int64_t k = 1; k < K; k++) ga += wg[k * H + h] * gr[k];
+                    vf gp = ga * ds[h];
+                    acc_off[h] += gp;
+                    float *gb = g_base + g * H * B + h * B + i0;
+                    if (Q == 1 && nv == V) {
+                        store(gb, gp);  /* one query: nothing to add to */
+                    } else if (nv == V) {
+                        store(gb, load(gb) + gp);
+                    } else {
+                        for (int v = 0; v < nv; v++) gb[v] = (Q == 1 ? 0.0f : gb[v]) + gp[v];
+                    }
+                    for (int64_t k = 0; k < K; k++) acc_w[k * H + h] += gr[k] * as[h];
+                }
+            }
+            if (grad && off)
+                for (int64_t h = 0; h < H; h++) g_off[(g * Q + q) * H + h] = sum(acc_off[h]);
+        }
+        loss[g] = sum(loss_acc);
+        if (!grad) continue;
+        for (int64_t k = 0; k < K; k++) {
+            g_bias[g * K + k] = sum(bias_acc[k]);
+            for (int64_t h = 0; h < H; h++) g_w[(g * K + k) * H + h] = sum(acc_w[k * H + h]);
+        }
+    }
+    free(scratch);
+    return 0;
+}

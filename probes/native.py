@@ -1,0 +1,195 @@
+"""The fused GELU-readout kernel of the MLP and query probes, compiled at first use.
+
+One C function (``gelu_readout.c`` beside this module) runs the hidden nonlinearity, the
+readout, the residual and their gradients for a minibatch of a group of probes, without
+writing the ``[.., h, b]`` activations to memory (see the C file for the exact contract).
+On first use it is compiled with the system C compiler (``$CC``, default ``cc``) for this
+machine (``-O3 -march=native``) into ``$XDG_CACHE_HOME/infoprobe/kernels`` (default
+``~/.cache/infoprobe/kernels``), under a name that hashes the source, the compiler, the
+flags and the CPU, and loaded with :mod:`ctypes` (calls release the GIL, so the probes'
+worker threads run it in parallel).
+
+Without a compiler, or with ``INFOPROBE_NATIVE=0`` in the environment, :func:`kernel`
+returns None and the probes use their PyTorch steps: the same arithmetic, in a different
+rounding order, about 2-3x slower on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+__all__ = ["ENV_SWITCH", "GeluReadoutKernel", "kernel", "pytorch_steps"]
+
+ENV_SWITCH = "INFOPROBE_NATIVE"
+"""Environment variable: ``0`` turns the compiled kernel off (the PyTorch steps are used)."""
+
+SOURCE = Path(__file__).with_name("gelu_readout.c")
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-std=c11",
+    "-fPIC",
+    "-shared",
+    # reassociation lets the per-block sums vectorise; NaN and inf keep their meaning
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fno-signed-zeros",
+    "-fassociative-math",
+    "-ffp-contract=fast",
+)
+
+
+def cache_folder() -> Path:
+    """Where compiled kernels are kept: ``$XDG_CACHE_HOME/infoprobe/kernels``."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "infoprobe" / "kernels"
+
+
+def cpu_signature() -> str:
+    """What ``-march=native`` depends on: the machine and its CPU's model and flags."""
+    lines = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "flags")) and line not in lines:
+                    lines.append(line)
+                if len(lines) >= 2:
+                    break
+    except OSError:
+        pass
+    return platform.machine() + platform.processor() + "".join(lines)
+
+
+def compiler_version(cc: str) -> str:
+    """``cc --version``'s first line (raises OSError or CalledProcessError without one)."""
+    result = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True)
+    return result.stdout.splitlines()[0] if result.stdout else ""
+
+
+def build(cc: str) -> Path:
+    """Compile :data:`SOURCE` into the cache folder (once per source, compiler and CPU)."""
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(
+        b"\0".join([source, compiler_version(cc).encode(), " ".join(FLAGS).encode()])
+        + cpu_signature().encode()
+    ).hexdigest()[:16]
+    library = cache_folder() / f"gelu_readout-{key}.so"
+    if library.exists():
+        return library
+    library.parent.mkdir(parents=True, exist_ok=True)
+    tmp = library.with_name(f"{library.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        subprocess.run(
+            [cc, *FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True, check=True
+        )
+        os.replace(tmp, library)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return library
+
+
+class GeluReadoutKernel:
+    """The loaded C function, called on float32 CPU tensors (shapes in :meth:`__call__`)."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        fn = library.gelu_readout
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_void_p] * 5 + [ctypes.c_float, ctypes.c_int]
+        fn.argtypes += [ctypes.c_void_p] * 5
+        self.fn = fn
+        library.gelu_readout_kmax.restype = ctypes.c_int
+        self.max_outputs = int(library.gelu_readout_kmax())
+
+    def __call__(
+        self,
+        base: torch.Tensor,
+        off: torch.Tensor | None,
+        w: torch.Tensor,
+        bias: torch.Tensor,
+        y: torch.Tensor,
+        scale: float,
+        loss: torch.Tensor,
+        grads: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """Forward (and with ``grads``, backward) of ``GELU(base + off)`` read out by ``w``.
+
+        ``base [G, h, b]``, ``off [G, Q, h]`` or None (Q = 1), ``w [G, k, h]``,
+        ``bias [G, k]``, ``y [S_y, k, b]`` (query q of group g reads target
+        ``(g·Q + q) mod S_y``); writes ``loss [G]`` (sum of squared residuals) and, with
+        ``grads = (g_base [G, h, b], g_off [G, Q, h] or None, g_w [G, k, h], g_bias [G, k])``,
+        the gradients of ``scale/2 · Σ loss``. Every tensor is float32, contiguous, on the CPU.
+        """
+        G, H, B = base.shape
+        Q = 1 if off is None else off.shape[1]
+        K, S_y = w.shape[1], y.shape[0]
+        tensors = [base, off, w, bias, y, loss, *(grads or ())]
+        for t in tensors:
+            if t is not None and not (
+                t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"
+            ):
+                raise ValueError("gelu_readout: every tensor must be float32, contiguous, CPU")
+
+        def ptr(t: torch.Tensor | None) -> int | None:
+            return None if t is None else t.data_ptr()
+
+        g_base, g_off, g_w, g_bias = grads or (None, None, None, None)
+        status = self.fn(
+            G, Q, H, B, K, S_y,
+            *map(ptr, (base, off, w, bias, y)),
+            float(scale), int(grads is not None),
+            *map(ptr, (loss, g_base, g_off, g_w, g_bias)),
+        )  # fmt: skip
+        if status != 0:
+            raise MemoryError(f"gelu_readout: k = {K} > {self.max_outputs} or no scratch memory")
+
+
+_switched_off = False
+
+
+@contextlib.contextmanager
+def pytorch_steps() -> Iterator[None]:
+    """Within this block the probes train with their PyTorch steps (for comparisons)."""
+    global _switched_off
+    before, _switched_off = _switched_off, True
+    try:
+        yield
+    finally:
+        _switched_off = before
+
+
+def kernel() -> GeluReadoutKernel | None:
+    """The compiled kernel, or None when it is switched off (``INFOPROBE_NATIVE=0``,
+    :func:`pytorch_steps`) or cannot be built (warned once)."""
+    if _switched_off or os.environ.get(ENV_SWITCH, "1") == "0":
+        return None
+    return _load()
+
+
+@functools.cache
+def _load() -> GeluReadoutKernel | None:
+    """Build (once per machine) and load the kernel; None with a warning when it fails."""
+    cc = os.environ.get("CC", "cc")
+    try:
+        return GeluReadoutKernel(ctypes.CDLL(str(build(cc))))
+    except (OSError, subprocess.CalledProcessError) as err:
+        detail = getattr(err, "stderr", "") or str(err)
+        warnings.warn(
+            f"infoprobe: the fused probe kernel could not be built with {cc!r} "
+            f"({detail.strip()[:300]}); the MLP and query probes use their PyTorch steps "
+            f"(same results, slower). Set {ENV_SWITCH}=0 to silence this.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
