@@ -13,12 +13,14 @@ from a trained model).
 Measured in one run:
 
 - the ridge pass (``--probe linear``, same caches, median of 3) and the query probe
-  (wall and CPU time, once);
+  (wall and CPU time, once), with the fused kernel (:mod:`infoprobe.probes.native`) and
+  with the PyTorch steps it replaced (``pytorch_steps``), and the largest difference
+  between their per-sample held-out errors;
 - the query probe's arithmetic: matmul FLOPs per cell-sample-epoch (forward
   ``2Eh + 2hkS``, training ``4Eh + 6hkS``) over the cell-epochs it trained, against a
-  float32 matmul peak (2048², best of 5) measured before and after; and its elementwise
-  floor, S·h GELUs and GELU gradients per cell-sample, timed on one core
-  (``gelu`` + ``gelu_backward`` on 2 MiB);
+  float32 matmul peak (2048², best of 5) measured before and after; and the fused
+  kernel's own time per cell-sample on one core (the query probe's shapes, 8 cells), which
+  times the cell-epochs bounds the run from below;
 - today's implementation (autograd through the previous forward, one optimiser group of
   cells at a time on torch's intra-op threads) for ``--legacy-epochs`` epochs on
   ``--legacy-cells`` cells of the probe's cache, and the new training step on the same
@@ -46,6 +48,7 @@ from ridge_workload import matmul_peak_gflops
 import infoprobe.probing as probing_module
 from infoprobe.caching import cache_checkpoint
 from infoprobe.hooks import layer_sites, open_cache
+from infoprobe.probes import native
 from infoprobe.probes.batched_training import (
     BatchedProbes,
     TrainingBudget,
@@ -118,19 +121,28 @@ def step_times(states: np.ndarray, x: np.ndarray, args: argparse.Namespace) -> t
     return statistics.median(times[LegacyQueryMLP]), statistics.median(times[BatchedQueryMLP])
 
 
-def gelu_ns_per_element() -> float:
-    """One core's time for ``gelu`` + ``gelu_backward`` per element (2 MiB, best of 20)."""
+def kernel_us_per_cell_sample(S: int, E: int, k: int, h: int = 64, b: int = 256) -> float:
+    """One core's time for the fused kernel's forward and backward per cell and training
+    sample, at the query probe's shapes (8 cells, one minibatch; best of 7)."""
+    fused = native.kernel()
+    if fused is None:
+        return float("nan")
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    pre, out = torch.randn(2**19), torch.empty(2**19)
+    gen = torch.Generator().manual_seed(0)
+    c = 8
+    state, off = torch.randn(c, h, b, generator=gen), torch.randn(c, S, h, generator=gen)
+    w, bias, y = torch.randn(c, k, h, generator=gen) / 8, torch.zeros(c, k), torch.randn(S, k, b)
+    loss = torch.empty(c)
+    grads = (torch.empty(c, h, b), torch.empty(c, S, h), torch.empty(c, k, h), torch.empty(c, k))
     best = float("inf")
-    for _ in range(20):
+    for _ in range(7):
         start = time.perf_counter()
-        torch.ops.aten.gelu.out(pre, out=out)
-        torch.ops.aten.gelu_backward.grad_input(out, pre, grad_input=out)
-        best = min(best, time.perf_counter() - start)
+        for _ in range(10):
+            fused(state, off, w, bias, y, 1e-3, loss, grads)
+        best = min(best, (time.perf_counter() - start) / 10)
     torch.set_num_threads(before)
-    return best / pre.numel() * 1e9
+    return best / (c * b) * 1e6
 
 
 def main() -> None:
@@ -162,7 +174,7 @@ def run(args: argparse.Namespace) -> None:
         f"{torch.get_num_threads()} torch threads"
     )
     peak = matmul_peak_gflops()
-    gelu_ns = gelu_ns_per_element()
+    kernel_us = kernel_us_per_cell_sample(S, E, k, h)
 
     def ridge() -> None:
         probe_cache(args.cache, control_path=args.control, progress=False)
@@ -175,19 +187,30 @@ def run(args: argparse.Namespace) -> None:
         ridge_times.append(time.perf_counter() - start)
     t_ridge = statistics.median(ridge_times)
 
-    fits = []  # record every query fit of the run (probe, random-init, shuffled)
-    original = probing_module.fit_query_probe_sets
+    def query_probe() -> tuple[float, float, list]:
+        """Wall and CPU seconds of the query probe, and its three fits."""
+        fits = []  # record every query fit of the run (probe, random-init, shuffled)
+        original = probing_module.fit_query_probe_sets
 
-    def recording(*a, **kw):
-        fits.extend(original(*a, **kw))
-        return fits[-len(a[0]) :]
+        def recording(*a, **kw):
+            fits.extend(original(*a, **kw))
+            return fits[-len(a[0]) :]
 
-    probing_module.fit_query_probe_sets = recording
-    wall, cpu = time.perf_counter(), time.process_time()
-    probe_cache(args.cache, control_path=args.control, settings=settings, progress=False)
-    t_query, cpu_query = time.perf_counter() - wall, time.process_time() - cpu
-    probing_module.fit_query_probe_sets = original
+        probing_module.fit_query_probe_sets = recording
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            probe_cache(args.cache, control_path=args.control, settings=settings, progress=False)
+        finally:
+            probing_module.fit_query_probe_sets = original
+        return time.perf_counter() - wall, time.process_time() - cpu, fits
+
+    t_query, cpu_query, fits = query_probe()
+    with native.pytorch_steps():
+        t_torch, cpu_torch, torch_fits = query_probe()
     peak = max(peak, matmul_peak_gflops())
+    drift = max(
+        float(np.abs(a.errors - b.errors).max()) for a, b in zip(fits, torch_fits, strict=True)
+    )
 
     split = make_split(n)
     n_train, n_val = int((split == TRAIN).sum()), int((split == VAL).sum())
@@ -197,7 +220,7 @@ def run(args: argparse.Namespace) -> None:
     flop = cell_epochs * (
         n_train * (4 * E * h + 6 * h * k * S) + n_val * (2 * E * h + 2 * h * k * S)
     )
-    gelu_floor = cell_epochs * n_train * S * h * gelu_ns * 1e-9 / args.threads
+    kernel_floor = cell_epochs * n_train * kernel_us * 1e-6 / args.threads
     for name, t in zip(("probe", "random-init", "shuffled"), trained, strict=True):
         print(
             f"  {name}: a cell trained {t.mean():.1f} epochs on average "
@@ -206,13 +229,18 @@ def run(args: argparse.Namespace) -> None:
     print(f"ridge pass (linear probes + controls, same caches): {t_ridge:.2f} s (median of 3)")
     print(f"query probe: {t_query:.1f} s wall, {cpu_query:.1f} s CPU, {cell_epochs} cell-epochs")
     print(
+        f"query probe with the PyTorch steps: {t_torch:.1f} s wall, {cpu_torch:.1f} s CPU "
+        f"({t_torch / t_query:.2f}x the fused kernel's time); largest difference of a "
+        f"per-sample held-out error between the two: {drift:.2e}"
+    )
+    print(
         f"matmul FLOPs {flop / 1e9:.0f} GFLOP -> {flop / t_query / 1e9:.1f} GFLOP/s; float32 "
         f"matmul peak {peak:.0f} GFLOP/s: efficiency {flop / t_query / 1e9 / peak:.3f}"
     )
     print(
-        f"elementwise floor: S·h = {S * h} GELUs + gradients per cell-sample at {gelu_ns:.2f} "
-        f"ns/element/core = {gelu_floor:.1f} s on {args.threads} cores "
-        f"({gelu_floor / t_query:.2f} of the query probe's time)"
+        f"fused kernel alone: {kernel_us:.2f} µs per cell-sample on one core (S·h = {S * h} "
+        f"GELUs with gradients) = {kernel_floor:.1f} s on {args.threads} cores "
+        f"({kernel_floor / t_query:.2f} of the query probe's time)"
     )
 
     for threads in (1, args.threads):  # one core: the step alone; then today's setting
