@@ -22,6 +22,7 @@ import torch
 from threadpoolctl import threadpool_info
 
 from infoprobe.checkpoint import save_checkpoint
+from infoprobe.hooks import writer
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import make_task
 
@@ -122,3 +123,17 @@ def batches(task, n: int, batch_size: int, data_seed: int):
     """The cache's samples, batch by batch (same convention as infoprobe.caching)."""
     for index, start in enumerate(range(0, n, batch_size)):
         yield task.sample(min(batch_size, n - start), np.random.default_rng([data_seed, index]))
+
+
+def through_hdf5(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with the cache writer's raw writes off: every dataset goes through
+    h5py's ``write_direct`` (``infoprobe.hooks.writer.RAW_WRITES = False``)."""
+
+    def run() -> object:
+        writer.RAW_WRITES = False
+        try:
+            return fn()
+        finally:
+            writer.RAW_WRITES = True
+
+    return run

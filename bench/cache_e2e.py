@@ -35,12 +35,12 @@ from cache_common import (
     print_environment,
     set_threads,
     settle_disk,
+    through_hdf5,
 )
 
 from infoprobe.caching import DATA_SEED_OFFSET
 from infoprobe.checkpoint import load_checkpoint
 from infoprobe.cli import main as cli_main
-from infoprobe.hooks import writer
 
 GATE = 1.5
 
@@ -89,16 +89,9 @@ def main() -> None:
             with contextlib.redirect_stdout(io.StringIO()):
                 assert cli_main(command) == 0
 
-        def cache_command_hdf5_writes() -> None:
-            writer.RAW_WRITES = False
-            try:
-                cache_command()
-            finally:
-                writer.RAW_WRITES = True
-
         units = {"forward only": forward_only, "infoprobe cache": cache_command}
         if args.hdf5_writes:
-            units["infoprobe cache, h5py writes"] = cache_command_hdf5_writes
+            units["infoprobe cache, h5py writes"] = through_hdf5(cache_command)
 
         print(f"N={args.n}, batch {args.batch}, sites {args.sites}:")
         t = interleaved_medians(
