@@ -44,8 +44,9 @@ def unsupported_reason(ds: h5py.Dataset) -> str | None:
         return f"chunks {ds.chunks} do not span whole samples of shape {ds.shape}"
     if ds.id.get_create_plist().get_nfilters():
         return "the dataset has filters (compression, shuffle or checksums)"
-    if ds.dtype.kind not in "fiu" or not ds.dtype.isnative:
-        return f"storage type {ds.dtype.str} is not a numeric type in native byte order"
+    native = ds.dtype.newbyteorder("=")
+    if ds.dtype.kind not in "fiu" or not ds.id.get_type().equal(h5py.h5t.py_create(native)):
+        return f"storage type {ds.dtype.str} is not the machine's own {native.name}"
     if not hasattr(ds.id, "chunk_iter"):
         return "this h5py/HDF5 cannot list chunk addresses (H5Dchunk_iter)"
     return None

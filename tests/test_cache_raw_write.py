@@ -262,7 +262,7 @@ def early(**kwargs) -> dict:
 
 UNSUPPORTED = {
     "gzip": (dict(compression="gzip"), "filters"),
-    "big-endian": (dict(dtype=">f4"), "byte order"),
+    "big-endian": (dict(dtype=">f4"), "not the machine's own float32"),
     "part-sample chunks": (dict(chunks=(4, 1)), "whole samples"),
     "contiguous": (dict(chunks=None, maxshape=None), "not chunked"),
 }
