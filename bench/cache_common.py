@@ -22,6 +22,7 @@ import torch
 from threadpoolctl import threadpool_info
 
 from infoprobe.checkpoint import save_checkpoint
+from infoprobe.hooks import writer
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import make_task
 
@@ -83,6 +84,9 @@ def interleaved_medians(
     """Median wall time (s) of each function, run in alternation to share machine noise.
 
     ``between`` runs untimed before every call (e.g. delete the last output and sync).
+    Each function's median process CPU time (all threads, user + system) is printed
+    beside its wall time: on a shared machine it shows the work done, which other
+    jobs do not inflate as they inflate the wall time.
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -90,17 +94,20 @@ def interleaved_medians(
                 between()
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             if between is not None:
                 between()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
     for name, values in times.items():
         print(
             f"  {name}: median {statistics.median(values):.3f} s over "
-            f"{', '.join(f'{v:.3f}' for v in values)}"
+            f"{', '.join(f'{v:.3f}' for v in values)}; "
+            f"CPU median {statistics.median(cpu[name]):.3f} s"
         )
     return {name: statistics.median(values) for name, values in times.items()}
 
@@ -116,3 +123,17 @@ def batches(task, n: int, batch_size: int, data_seed: int):
     """The cache's samples, batch by batch (same convention as infoprobe.caching)."""
     for index, start in enumerate(range(0, n, batch_size)):
         yield task.sample(min(batch_size, n - start), np.random.default_rng([data_seed, index]))
+
+
+def through_hdf5(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with the cache writer's raw writes off: every dataset goes through
+    h5py's ``write_direct`` (``infoprobe.hooks.writer.RAW_WRITES = False``)."""
+
+    def run() -> object:
+        writer.RAW_WRITES = False
+        try:
+            return fn()
+        finally:
+            writer.RAW_WRITES = True
+
+    return run

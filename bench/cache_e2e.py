@@ -8,9 +8,13 @@ no fsync). The baseline draws the same batches from the task and runs the plain 
 under ``torch.inference_mode``. Both use one torch thread (the writer's I/O thread takes
 the second core). Untimed before every run: the last output is deleted and ``os.sync()``
 flushes dirty pages, so each run starts like a user's single run, with no writeback
-pending. Pass ``--durable`` to time the fsync-every-batch mode instead.
+pending. Pass ``--durable`` to time the fsync-every-batch mode instead, and
+``--hdf5-writes`` to also time, interleaved with the others, the same command with every
+dataset written through h5py's ``write_direct`` instead of ``os.pwrite`` (the writer's
+``RAW_WRITES = False``).
 
     python bench/cache_e2e.py [--n 20000] [--batch 512] [--repeats 3] [--durable]
+                              [--hdf5-writes]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from cache_common import (
     print_environment,
     set_threads,
     settle_disk,
+    through_hdf5,
 )
 
 from infoprobe.caching import DATA_SEED_OFFSET
@@ -48,6 +53,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--durable", action="store_true")
+    parser.add_argument("--hdf5-writes", action="store_true")
     args = parser.parse_args()
     set_threads(args.threads)
     print_environment()
@@ -78,19 +84,25 @@ def main() -> None:
                 "--quiet",
                 "--threads",
                 str(args.threads),
+                *(["--durable"] if args.durable else []),
             ]
             with contextlib.redirect_stdout(io.StringIO()):
                 assert cli_main(command) == 0
 
+        units = {"forward only": forward_only, "infoprobe cache": cache_command}
+        if args.hdf5_writes:
+            units["infoprobe cache, h5py writes"] = through_hdf5(cache_command)
+
         print(f"N={args.n}, batch {args.batch}, sites {args.sites}:")
         t = interleaved_medians(
-            {"forward only": forward_only, "infoprobe cache": cache_command},
+            units,
             repeats=args.repeats,
             between=lambda: settle_disk(out),
         )
-    print(
-        f"ratio: {t['infoprobe cache'] / t['forward only']:.2f}x forward-only time (gate <= {GATE})"
-    )
+    for name in units:
+        if name != "forward only":
+            print(f"ratio ({name}): {t[name] / t['forward only']:.2f}x forward-only time")
+    print(f"gate: infoprobe cache <= {GATE}x")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from infoprobe.hooks.hdf5 import (
     temp_name,
     utc_now,
 )
+from infoprobe.hooks.raw import raw_rows
 from infoprobe.hooks.reader import read_header
 from infoprobe.hooks.schema import (
     FORMAT,
@@ -70,6 +71,10 @@ BatchFn = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
 
 DISK_MARGIN_BYTES = 16 << 20
 """Free space kept beyond the data bytes (HDF5 metadata, file-system slack)."""
+
+RAW_WRITES = True
+"""Write plain sample rows with ``os.pwrite`` (see :mod:`infoprobe.hooks.raw`); False
+sends every dataset through h5py's ``write_direct`` (same file, slower to overlap)."""
 
 
 @dataclass(frozen=True)
@@ -312,19 +317,35 @@ def _to_storage(name: str, tensor: torch.Tensor, dtype: str) -> np.ndarray:
 
 
 class _Committer:
-    """Writes whole batches into the open file and advances ``n_committed`` after each."""
+    """Writes whole batches into the open file and advances ``n_committed`` after each.
 
-    def __init__(self, f: h5py.File, plan: CachePlan, durable: bool = False):
+    A dataset whose storage is plain C-order samples (:func:`raw_rows`) is written with
+    ``os.pwrite`` on HDF5's own file descriptor, which releases the GIL while the kernel
+    copies (h5py's ``write_direct`` holds it, stalling the forward pass in the other
+    thread); any other dataset, or an array HDF5 would have to convert, goes through
+    ``write_direct``. The file must be open with the chunk cache off (``rdcc_nbytes=0``)
+    so that HDF5 never holds chunk data of its own to write back over the raw bytes.
+    """
+
+    def __init__(self, f: h5py.File, plan: CachePlan, durable: bool = False, raw: bool = True):
         self.file = f
         self.datasets = {d.path: f[d.path] for d in plan.datasets}
-        self.fd = f.id.get_vfd_handle() if durable else None
+        self.raw = {p: r for p, ds in self.datasets.items() if raw and (r := raw_rows(ds))}
+        self.fd = f.id.get_vfd_handle() if durable or self.raw else None
+        self.durable = durable
 
     def write(self, start: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """Write samples ``[start, start + k)`` of every dataset (arrays [k, ...] by
+        dataset path), then move the cursor to ``start + k``."""
         stop = start + len(next(iter(arrays.values())))
         for path, array in arrays.items():
-            self.datasets[path].write_direct(array, dest_sel=np.s_[start:stop])
+            raw = self.raw.get(path)
+            if raw is not None and raw.accepts(array):
+                raw.write(self.fd, start, array)
+            else:
+                self.datasets[path].write_direct(array, dest_sel=np.s_[start:stop])
         self.file.flush()  # the operating system holds the data before the cursor moves
-        if self.fd is not None:
+        if self.durable:
             os.fsync(self.fd)  # durable: the data is on the disk before the cursor moves
         self.file.attrs.modify("n_committed", stop)
         self.file.flush()
@@ -437,7 +458,7 @@ def write_cache(
             desc=path.name,
         ) as bar,
     ):
-        commits = _BackgroundCommits(_Committer(f, plan, durable), bar.update)
+        commits = _BackgroundCommits(_Committer(f, plan, durable, RAW_WRITES), bar.update)
         try:
             for index in range(-(-start // batch_size), len(sizes)):  # ceil: skip committed
                 x, y = _checked_batch(batch_fn, index, sizes[index], shapes)

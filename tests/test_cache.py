@@ -279,7 +279,15 @@ def kill_on(count):
     calls[0] += 1
     if calls[0] == count:
         os.kill(os.getpid(), signal.SIGKILL)
-if mode == "dataset-write":  # killed in the middle of writing a batch's datasets
+if mode == "dataset-write":  # killed in the middle of writing a batch's datasets (raw)
+    pwrite = os.pwrite
+    def patched(*args):
+        kill_on(kill_at)
+        return pwrite(*args)
+    os.pwrite = patched
+elif mode == "hdf5-dataset-write":  # the same, every dataset written through h5py
+    import infoprobe.hooks.writer
+    infoprobe.hooks.writer.RAW_WRITES = False
     write_direct = h5py.Dataset.write_direct
     def patched(self, *args, **kwargs):
         kill_on(kill_at)
@@ -305,7 +313,11 @@ print("finished without being killed")
 
 @pytest.mark.parametrize(
     ("mode", "kill_at", "durable"),
-    [("dataset-write", 2 * 13 + 5, False), ("before-cursor", 2, True)],
+    [
+        ("dataset-write", 2 * 13 + 5, False),
+        ("hdf5-dataset-write", 2 * 13 + 5, False),
+        ("before-cursor", 2, True),
+    ],
 )
 def test_kill_9_mid_run_then_resume_gives_identical_datasets(
     tmp_path, reference, mode, kill_at, durable
@@ -324,8 +336,9 @@ def test_kill_9_mid_run_then_resume_gives_identical_datasets(
     )
     assert child.returncode == -9, child.stdout + child.stderr
     committed = read_header(path, allow_incomplete=True)["n_committed"]
-    # dataset-write: killed inside batch 2 (13 datasets per batch); before-cursor: batch 1
-    assert committed == (2 * BATCH if mode == "dataset-write" else BATCH)
+    # *dataset-write: killed inside batch 2 (13 datasets of one chunk per batch);
+    # before-cursor: batch 1
+    assert committed == (2 * BATCH if mode.endswith("dataset-write") else BATCH)
     summary = make_cache(path)
     assert summary.resumed_from == committed
     assert all_datasets(path) == all_datasets(reference)
