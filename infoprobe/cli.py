@@ -21,6 +21,7 @@ from types import ModuleType
 
 import infoprobe.commands as commands_package
 from infoprobe import __version__
+from infoprobe.allocator import keep_freed_memory
 
 # The order users meet the commands in (the pipeline's order); others follow.
 # A name here whose module does not exist is simply never matched.
@@ -148,6 +149,7 @@ def describe(err: BaseException) -> str:
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    keep_freed_memory()  # a command allocates the same batches over and over
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
