@@ -6,9 +6,10 @@ only, stop after the last one); it returns the activations as tensors in memory
 (conversion and disk writes are measured by bench/cache_e2e.py). Reported for a wider
 model (E = 128, 4 blocks) and for the default model; the gate applies to the default
 model, where per-hook overhead weighs most. Unfiltered ``run_with_cache`` is shown for
-reference.
+reference. Both sides run with the allocator setting the command line uses
+(``infoprobe.allocator.keep_freed_memory``); ``--glibc-defaults`` leaves glibc as it is.
 
-    python bench/cache_capture.py [--batch 512] [--repeats 21]
+    python bench/cache_capture.py [--batch 512] [--repeats 21] [--glibc-defaults]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from cache_common import (
     set_threads,
 )
 
+from infoprobe.allocator import keep_freed_memory
 from infoprobe.hooks import capture, resolve_sites
 
 GATE = 1.15
@@ -77,9 +79,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--glibc-defaults", action="store_true", help="skip keep_freed_memory")
     args = parser.parse_args()
     set_threads(args.threads)
     print_environment()
+    kept = not args.glibc_defaults and keep_freed_memory()
+    print(f"allocator: {'freed memory kept (as the command line does)' if kept else 'defaults'}")
     task = default_task()
     x = torch.from_numpy(task.sample(args.batch, np.random.default_rng(0))[0])
     print(f"wide model (E=128, heads 4,4,4,4, d_mlp 512), batch {args.batch}:")

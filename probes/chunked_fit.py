@@ -118,11 +118,11 @@ def cells_per_chunk(bytes_per_cell: int, n_cells: int, max_bytes: int) -> int:
 
 
 CPU_STEP_ACTIVATION_BYTES = 2 * 1024**2
-"""On the CPU, cells are trained in groups whose minibatch hidden activations
-(``activation_bytes_per_cell`` per cell; ``4·c·S·h·b`` bytes for the MLP probes)
-stay within this many bytes: the elementwise passes over them (for the MLP: bias,
-GELU and its gradient) then run from cache. Measured on 2 shared
-cores (C = 8, S = 32, E = 32, h = 64, b = 256): one cell per group (2 MiB) trains
+"""On the CPU, cells are trained in groups whose per-step buffers
+(``activation_bytes_per_cell`` per cell: ``4·S·h·b`` bytes of pre-activations for the MLP
+probes; for the query probe with the fused kernel ``8·h·b``, the state and its gradient)
+stay within this many bytes, so a step's passes over them run from cache. Measured on 2
+shared cores (C = 8, S = 32, E = 32, h = 64, b = 256): one cell per group (2 MiB) trains
 2-3x faster than all 8 cells at once (16 MiB). Results do not depend on it."""
 
 
