@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from probe_data import retrieval_data
 from torch import nn
 
 from infoprobe.cli import build_parser
@@ -63,17 +64,6 @@ def test_hand_written_step_equals_autograd(make, S, k):
         for name, p in module.named_parameters():
             torch.testing.assert_close(p.grad, expected[name], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(module.eval_loss(x, y, work), module.per_probe_loss(x, y))
-
-
-def retrieval_data(n: int, cells: int, S: int, k: int, seed: int = 0):
-    """Cell c carries x(s) for s ≡ c (mod cells) through a tanh map, plus noise."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, S, k))
-    X = np.stack(
-        [np.tanh(x[:, c::cells].reshape(n, -1) @ rng.normal(size=(k * len(range(c, S, cells)), 6)))
-         for c in range(cells)], axis=1,
-    ) + 0.3 * rng.normal(size=(n, cells, 6))  # fmt: skip
-    return X.astype(np.float32), x.astype(np.float32)
 
 
 def per_cell_reference(X, Y, splits, init, *, query, epochs, batch_size, lr, patience, seed):

@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from probe_data import retrieval_data
 
 from infoprobe.probes import native
 from infoprobe.probes.batched_training import TrainingBudget, Workspace
@@ -100,17 +101,6 @@ def test_kernel_refuses_what_it_cannot_compute(fused):
               torch.zeros(1))  # fmt: skip
     assert cpu_kernel(torch.device("cpu"), too_many) is None  # the PyTorch step serves it
     assert cpu_kernel(torch.device("meta"), 2) is None  # and every other device
-
-
-def retrieval_data(n: int, cells: int, S: int, k: int):
-    """Cell c carries x(s) for s ≡ c (mod cells) through a tanh map, plus noise."""
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, S, k))
-    X = np.stack(
-        [np.tanh(x[:, c::cells].reshape(n, -1) @ rng.normal(size=(k * len(range(c, S, cells)), 6)))
-         for c in range(cells)], axis=1,
-    ) + 0.3 * rng.normal(size=(n, cells, 6))  # fmt: skip
-    return X.astype(np.float32), x.astype(np.float32)
 
 
 @pytest.mark.parametrize("fit_fn", [fit_query_probe, fit_mlp_probes])
