@@ -91,13 +91,20 @@ def build(cc: str) -> Path:
     library.parent.mkdir(parents=True, exist_ok=True)
     tmp = library.with_name(f"{library.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
-        subprocess.run(
-            [cc, *FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True, check=True
-        )
+        try:
+            compile_to(cc, FLAGS, tmp)
+        except subprocess.CalledProcessError:  # a compiler without -march=native
+            compile_to(cc, tuple(f for f in FLAGS if f != "-march=native"), tmp)
         os.replace(tmp, library)
     finally:
         tmp.unlink(missing_ok=True)
     return library
+
+
+def compile_to(cc: str, flags: tuple[str, ...], out: Path) -> None:
+    """Compile :data:`SOURCE` into the shared library ``out`` (raises CalledProcessError)."""
+    subprocess.run([cc, *flags, "-o", str(out), str(SOURCE)], capture_output=True, text=True,
+                   check=True)  # fmt: skip
 
 
 class GeluReadoutKernel:

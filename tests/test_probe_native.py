@@ -3,6 +3,7 @@ with it against fits with the PyTorch steps, and the fallback when it cannot be 
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import warnings
 
@@ -156,3 +157,20 @@ def test_the_build_is_kept_per_source_and_left_complete(fused, monkeypatch, tmp_
     source.write_text(native.SOURCE.read_text() + "\n/* changed */\n")
     monkeypatch.setattr(native, "SOURCE", source)
     assert native.build("cc") != library  # a changed source is built anew
+
+
+def test_a_compiler_without_march_native_still_builds_the_kernel(fused, monkeypatch, tmp_path):
+    compiler = tmp_path / "cc-without-native"
+    compiler.write_text(
+        '#!/bin/sh\nfor a in "$@"; do [ "$a" = -march=native ] && exit 1; done\nexec cc "$@"\n'
+    )
+    compiler.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    portable = native.GeluReadoutKernel(ctypes.CDLL(str(native.build(str(compiler)))))
+    gen = torch.Generator().manual_seed(5)
+    args = (torch.randn(2, 8, 20, generator=gen), None, torch.randn(2, 3, 8, generator=gen),
+            torch.randn(2, 3, generator=gen), torch.randn(2, 3, 20, generator=gen), 1.0)  # fmt: skip
+    losses = torch.empty(2), torch.empty(2)
+    portable(*args, losses[0])
+    fused(*args, losses[1])
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-6, atol=0)
