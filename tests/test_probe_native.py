@@ -168,8 +168,9 @@ def test_a_compiler_without_march_native_still_builds_the_kernel(fused, monkeypa
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     portable = native.GeluReadoutKernel(ctypes.CDLL(str(native.build(str(compiler)))))
     gen = torch.Generator().manual_seed(5)
-    args = (torch.randn(2, 8, 20, generator=gen), None, torch.randn(2, 3, 8, generator=gen),
-            torch.randn(2, 3, generator=gen), torch.randn(2, 3, 20, generator=gen), 1.0)  # fmt: skip
+    base, w = torch.randn(2, 8, 20, generator=gen), torch.randn(2, 3, 8, generator=gen)
+    bias, y = torch.randn(2, 3, generator=gen), torch.randn(2, 3, 20, generator=gen)
+    args = (base, None, w, bias, y, 1.0)
     losses = torch.empty(2), torch.empty(2)
     portable(*args, losses[0])
     fused(*args, losses[1])
