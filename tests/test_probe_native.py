@@ -4,8 +4,11 @@ with it against fits with the PyTorch steps, and the fallback when it cannot be 
 from __future__ import annotations
 
 import ctypes
+import fnmatch
 import shutil
+import tomllib
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,3 +178,11 @@ def test_a_compiler_without_march_native_still_builds_the_kernel(fused, monkeypa
     portable(*args, losses[0])
     fused(*args, losses[1])
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-6, atol=0)
+
+
+def test_the_kernel_source_ships_with_the_package():
+    """A non-editable install must carry the C file (pyproject's package data)."""
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["infoprobe.probes"]
+    assert native.SOURCE.exists()
+    assert any(fnmatch.fnmatch(native.SOURCE.name, pattern) for pattern in patterns)
