@@ -15,11 +15,11 @@
        g_off[g, q, h]  = sum_i dL/dpre[g, q, h, i]   (overwritten; skipped when off is NULL)
        g_w[g, k, h]    = dL/dw,   g_bias[g, k] = dL/dbias       (overwritten)
 
-   The query probe is G = cells, Q = SY = positions; the per-target MLP probes are
-   G = cells x targets, Q = 1, SY = targets, off = NULL. Nothing of size Q H B is written to
-   memory: a block of V samples is carried through GELU, the readout, the residual and
-   back in local arrays, with one exp per element serving both erf and the GELU
-   derivative. erf is Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7, the
+   The query probe is G = cells, Q = SY = positions, off = the query offsets; the
+   per-target MLP probes are G = cells x targets, Q = 1, SY = targets, off = the first
+   layer's bias. Nothing of size Q H B is written to memory: a block of V samples is
+   carried through GELU, the readout, the residual and back in local arrays, with one exp
+   per element serving both erf and the GELU derivative. erf is Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7, the
    approximation PyTorch's vectorised CPU erf uses); exp is a degree-7 polynomial after
    reduction by ln 2 (relative error below 2e-7 on the range used, x <= 0).
 

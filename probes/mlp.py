@@ -214,16 +214,16 @@ class BatchedMLP(BatchedProbes):
         residual = out.view(c, n_targets, k, b).sub_(y.permute(1, 2, 0))
         return pre, act, residual
 
-    def _pre_into(self, x: torch.Tensor, work: Workspace) -> torch.Tensor:
-        """First layer of every probe, ``[c·S, h, b]`` (one GEMM per cell), into ``work``."""
+    def _pre_into(self, x: torch.Tensor, work: Workspace, bias: bool = True) -> torch.Tensor:
+        """First layer of every probe, ``[c·S, h, b]`` (one GEMM per cell), into ``work``;
+        ``bias=False`` leaves out ``b_in`` (the fused kernel adds it)."""
         c, n_targets, hidden, d_in = self.w_in.shape
         pre = work("pre", c * n_targets, hidden, x.shape[1])
-        torch.baddbmm(
-            self.b_in.reshape(c, n_targets * hidden, 1),
-            self.w_in.view(c, n_targets * hidden, d_in),
-            x.transpose(1, 2),
-            out=pre.view(c, n_targets * hidden, -1),
-        )
+        w_in, out = self.w_in.view(c, n_targets * hidden, d_in), pre.view(c, n_targets * hidden, -1)
+        if bias:
+            torch.baddbmm(self.b_in.reshape(c, -1, 1), w_in, x.transpose(1, 2), out=out)
+        else:
+            torch.bmm(w_in, x.transpose(1, 2), out=out)
         return pre
 
     @torch.no_grad()
@@ -234,7 +234,8 @@ class BatchedMLP(BatchedProbes):
         if fused is None:
             return self._forward_into(x, y, work)[2].square_().mean(dim=(2, 3))
         w_out, b_out = self.w_out.view(-1, k, hidden), self.b_out.view(-1, k)
-        loss = fused_readout(fused, self._pre_into(x, work), None, w_out, b_out, y, work)
+        pre, b_in = self._pre_into(x, work, bias=False), self.b_in.view(-1, 1, hidden)
+        loss = fused_readout(fused, pre, b_in, w_out, b_out, y, work)
         return loss.view(c, n_targets) / (k * x.shape[1])
 
     @torch.no_grad()
@@ -246,15 +247,21 @@ class BatchedMLP(BatchedProbes):
         c, n_targets, hidden, d_in = self.w_in.shape
         k, b = self.w_out.shape[2], x.shape[1]
         fused = cpu_kernel(x.device, k)
-        if fused is not None:
-            pre = self._pre_into(x, work)
+        if fused is not None:  # b_in is the kernel's offset: it also sums its gradient
+            pre = self._pre_into(x, work, bias=False)
             g_pre = work("g_pre", c * n_targets, hidden, b)
-            grads = (g_pre, None, self.w_out.grad.view(-1, k, hidden), self.b_out.grad.view(-1, k))
             w_out, b_out = self.w_out.view(-1, k, hidden), self.b_out.view(-1, k)
-            fused_readout(fused, pre, None, w_out, b_out, y, work, grads, 2.0 / (k * b))
+            b_in, g_b_in = self.b_in.view(-1, 1, hidden), self.b_in.grad.view(-1, 1, hidden)
+            grads = (
+                g_pre,
+                g_b_in,
+                self.w_out.grad.view(-1, k, hidden),
+                self.b_out.grad.view(-1, k),
+            )
+            fused_readout(fused, pre, b_in, w_out, b_out, y, work, grads, 2.0 / (k * b))
         else:
             g_pre = self._eager_gradients(x, y, work)
-        torch.sum(g_pre, dim=2, out=self.b_in.grad.view(-1, hidden))
+            torch.sum(g_pre, dim=2, out=self.b_in.grad.view(-1, hidden))
         g_pre = g_pre.view(c, n_targets * hidden, b)
         torch.bmm(g_pre, x, out=self.w_in.grad.view(c, n_targets * hidden, d_in))
 
