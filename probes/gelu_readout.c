@@ -90,39 +90,46 @@ static inline void gelu(vf x, vf *act, vf *slope) {
     *slope = cdf + x * 0.39894228040143268f * e;
 }
 
-/* Returns 0, or -1 when K is not in 1..KMAX or scratch memory is unavailable. */
+/* Returns 0, or -1 when K is not in 1..KMAX or scratch memory is unavailable.
+
+   Per (group, query): a forward sweep over blocks of V samples (all H units of a block,
+   then its residual) keeps act and slope of every block, [H][NB] vectors, and the
+   residual gradient [K][NB]; the backward sweep then runs unit by unit over the blocks,
+   so the K weight-gradient sums and the offset's sum of a unit stay in registers. */
 int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
                  const float *base, const float *off, const float *w, const float *bias,
                  const float *y, float scale, int grad, float *loss, float *g_base,
                  float *g_off, float *g_w, float *g_bias) {
     if (K > KMAX || K < 1) return -1;
-    /* per block: act and slope [H]; per query: g_off lanes [H]; per group: g_w lanes [K][H] */
-    vf *scratch = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)(H * (3 + K)));
+    const int64_t NB = (B + V - 1) / V;  /* blocks of samples, the last one maybe partial */
+    vf *scratch = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)((2 * H + K) * NB + K * H));
     if (scratch == NULL) return -1;
-    vf *as = scratch, *ds = as + H, *acc_off = ds + H, *acc_w = acc_off + H;
+    vf *as = scratch, *ds = as + H * NB, *grs = ds + H * NB, *acc_w = grs + K * NB;
 
     for (int64_t g = 0; g < G; g++) {
         const float *bg = base + g * H * B, *wg = w + g * K * H;
+        float *gbase = g_base ? g_base + g * H * B : NULL;
         vf loss_acc = splat(0.0f), bias_acc[KMAX];
         for (int64_t k = 0; k < K; k++) bias_acc[k] = splat(0.0f);
         if (grad) {
-            if (Q > 1) memset(g_base + g * H * B, 0, sizeof(float) * (size_t)(H * B));
+            if (Q > 1) memset(gbase, 0, sizeof(float) * (size_t)(H * B));
             for (int64_t j = 0; j < K * H; j++) acc_w[j] = splat(0.0f);
         }
         for (int64_t q = 0; q < Q; q++) {
             const float *oq = off ? off + (g * Q + q) * H : NULL;
             const float *yq = y + ((g * Q + q) % SY) * K * B;
-            if (grad)
-                for (int64_t h = 0; h < H; h++) acc_off[h] = splat(0.0f);
-            for (int64_t i0 = 0; i0 < B; i0 += V) {
-                int64_t nv = B - i0 < V ? B - i0 : V;
-                vf out[KMAX], gr[KMAX];
+            for (int64_t j = 0; j < NB; j++) {  /* forward: GELU, readout, residual */
+                int64_t i0 = j * V, nv = B - i0 < V ? B - i0 : V;
+                vf out[KMAX];
                 for (int64_t k = 0; k < K; k++) out[k] = splat(bias[g * K + k]);
                 for (int64_t h = 0; h < H; h++) {
                     const float *bh = bg + h * B + i0;
                     vf x = (nv == V ? load(bh) : load_part(bh, nv)) + (oq ? oq[h] : 0.0f);
-                    gelu(x, &as[h], &ds[h]);
-                    for (int64_t k = 0; k < K; k++) out[k] += wg[k * H + h] * as[h];
+                    vf a, d;
+                    gelu(x, &a, &d);
+                    as[h * NB + j] = a;
+                    ds[h * NB + j] = d;
+                    for (int64_t k = 0; k < K; k++) out[k] += wg[k * H + h] * a;
                 }
                 vf mask = splat(0.0f);
                 for (int v = 0; v < nv; v++) mask[v] = 1.0f;
@@ -130,28 +137,34 @@ int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t 
                     const float *yk = yq + k * B + i0;
                     vf r = (out[k] - (nv == V ? load(yk) : load_part(yk, nv))) * mask;
                     loss_acc += r * r;
-                    gr[k] = scale * r;
-                    bias_acc[k] += gr[k];
-                }
-                if (!grad) continue;
-                for (int64_t h = 0; h < H; h++) {
-                    vf ga = wg[h] * gr[0];
-                    for (int64_t k = 1; k < K; k++) ga += wg[k * H + h] * gr[k];
-                    vf gp = ga * ds[h];
-                    acc_off[h] += gp;
-                    float *gb = g_base + g * H * B + h * B + i0;
-                    if (Q == 1 && nv == V) {
-                        store(gb, gp);  /* one query: nothing to add to */
-                    } else if (nv == V) {
-                        store(gb, load(gb) + gp);
-                    } else {
-                        for (int v = 0; v < nv; v++) gb[v] = (Q == 1 ? 0.0f : gb[v]) + gp[v];
-                    }
-                    for (int64_t k = 0; k < K; k++) acc_w[k * H + h] += gr[k] * as[h];
+                    grs[k * NB + j] = scale * r;  /* 0 in the padding lanes */
+                    bias_acc[k] += scale * r;
                 }
             }
-            if (grad && off)
-                for (int64_t h = 0; h < H; h++) g_off[(g * Q + q) * H + h] = sum(acc_off[h]);
+            if (!grad) continue;
+            for (int64_t h = 0; h < H; h++) {  /* backward, one unit at a time */
+                vf wh[KMAX], acc[KMAX], acc_o = splat(0.0f);
+                for (int64_t k = 0; k < K; k++) {
+                    wh[k] = splat(wg[k * H + h]);
+                    acc[k] = splat(0.0f);
+                }
+                float *gb = gbase + h * B;
+                for (int64_t j = 0; j < NB; j++) {
+                    vf a = as[h * NB + j], ga = wh[0] * grs[j];
+                    for (int64_t k = 1; k < K; k++) ga += wh[k] * grs[k * NB + j];
+                    vf gp = ga * ds[h * NB + j];
+                    acc_o += gp;
+                    for (int64_t k = 0; k < K; k++) acc[k] += grs[k * NB + j] * a;
+                    int64_t i0 = j * V, nv = B - i0 < V ? B - i0 : V;
+                    if (nv == V) {
+                        store(gb + i0, Q == 1 ? gp : load(gb + i0) + gp);
+                    } else {
+                        for (int v = 0; v < nv; v++) gb[i0 + v] = (Q == 1 ? 0.0f : gb[i0 + v]) + gp[v];
+                    }
+                }
+                for (int64_t k = 0; k < K; k++) acc_w[k * H + h] += acc[k];
+                if (off) g_off[(g * Q + q) * H + h] = sum(acc_o);
+            }
         }
         loss[g] = sum(loss_acc);
         if (!grad) continue;
