@@ -21,13 +21,13 @@ Measured in one run:
   float32 matmul peak (2048², best of 5) measured before and after; and the fused
   kernel's own time per cell-sample on one core (the query probe's shapes, 8 cells), which
   times the cell-epochs bounds the run from below;
-- today's implementation (autograd through the previous forward, one optimiser group of
+- the first implementation (autograd through the first forward, one optimiser group of
   cells at a time on torch's intra-op threads) for ``--legacy-epochs`` epochs on
   ``--legacy-cells`` cells of the probe's cache, and the new training step on the same
   cells (alternating, medians of 3 rounds), with one intra-op thread (the step alone)
-  and with ``--threads`` (today's setting); today's time per cell-epoch with
-  ``--threads`` times the cell-epochs of the full run estimates today's time (a lower
-  bound: today's groups trained until their last cell stopped).
+  and with ``--threads`` (its setting); its time per cell-epoch with ``--threads`` times
+  the cell-epochs of the full run estimates its time (a lower bound: its groups trained
+  until their last cell stopped).
 
     python bench/query_probe.py [--cache acts.h5 --control acts-random-init.h5] [--threads 2]
 """
@@ -95,9 +95,9 @@ def load_states(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def step_times(states: np.ndarray, x: np.ndarray, args: argparse.Namespace) -> tuple:
-    """Seconds per cell-epoch of today's and the new step on the first ``legacy_cells``
-    cells, trained in this thread in today's groups of 2 cells for ``legacy_epochs``
-    epochs; the two alternate for 3 rounds (medians)."""
+    """Seconds per cell-epoch of the first (autograd) and the current step on the first
+    ``legacy_cells`` cells, trained in this thread in groups of 2 cells for
+    ``legacy_epochs`` epochs; the two alternate for 3 rounds (medians)."""
     split = make_split(len(x))
     train, val = np.flatnonzero(split == TRAIN), np.flatnonzero(split == VAL)
     cells = states[:, : args.legacy_cells]
@@ -243,24 +243,29 @@ def run(args: argparse.Namespace) -> None:
         f"({kernel_floor / t_query:.2f} of the query probe's time)"
     )
 
-    for threads in (1, args.threads):  # one core: the step alone; then today's setting
+    for threads in (
+        1,
+        args.threads,
+    ):  # one core: the step alone; then the first implementation's setting
         torch.set_num_threads(threads)
         t_old, t_new = step_times(states, x, args)
         print(
             f"training step, {args.legacy_cells} cells × {args.legacy_epochs} epochs, "
-            f"{threads} intra-op thread(s): today's {t_old * 1e3:.1f} ms, new "
+            f"{threads} intra-op thread(s): autograd {t_old * 1e3:.1f} ms, current "
             f"{t_new * 1e3:.1f} ms per cell-epoch ({t_old / t_new:.1f}x)"
         )
-    t_today = t_old * cell_epochs
+    t_autograd = t_old * cell_epochs
     print(
-        f"today's implementation, estimated: {t_old * 1e3:.1f} ms × {cell_epochs} cell-epochs "
-        f"= {t_today:.0f} s"
+        f"first implementation (autograd steps), estimated: {t_old * 1e3:.1f} ms × "
+        f"{cell_epochs} cell-epochs = {t_autograd:.0f} s"
     )
     print(
         f"query probe / ridge pass: {t_query / t_ridge:.0f}x; "
         f"query probe {t_query:.1f} s (target <= {TARGET_S:g} s on the idle 2-core machine)"
     )
-    print(f"ratio: {t_today / t_query:.1f}x (today's implementation / query probe)")
+    print(
+        f"ratio: {t_autograd / t_query:.1f}x (first implementation, autograd steps / query probe)"
+    )
 
 
 if __name__ == "__main__":
