@@ -171,3 +171,46 @@ def series_below(
             + ", ".join(f"{c['series']} {_best(c):.3g}" for c in rivals)
         )
     return ok, "; ".join(parts)
+
+
+# ---- cost law: fitted rates ---------------------------------------------------------------
+def _slope_ratios(configs: Configs, where: Mapping[str, Any]) -> tuple[list[Any], str | None]:
+    """The slope ratios of the rate fits at ``where`` (:func:`infoprobe.rates.fit_rates`),
+    or ``([], why)`` when they cannot be measured."""
+    from infoprobe.rates import RateError, fit_rates, records_from_results
+
+    chosen = _select(configs, **where)
+    if not chosen or any(c["missing_seeds"] for c in chosen):
+        return [], f"missing runs at {dict(where)}"
+    try:
+        table = fit_rates(records_from_results({"configs": chosen}, "results.json"))
+    except RateError as err:
+        return [], str(err)
+    if not table.ratios:
+        return [], f"one series only at {dict(where)}"
+    return list(table.ratios), None
+
+
+def _ratio_text(ratios: Sequence[Any]) -> str:
+    return "; ".join(
+        f"{r.arch}/{r.reference} slope ratio {r.ratio:.3g} [{r.low:.3g}, {r.high:.3g}] "
+        f"(alpha ratio {r.predicted:.3g})"
+        for r in ratios
+    )
+
+
+def slope_ratios_cover(configs: Configs, *, where: Mapping[str, Any]) -> Outcome:
+    """At ``where``, every slope ratio's interval contains InfoFlow's alpha ratio."""
+    ratios, why = _slope_ratios(configs, where)
+    if why:
+        return _unmeasurable(why)
+    return all(r.low <= r.predicted <= r.high for r in ratios), _ratio_text(ratios)
+
+
+def slope_ratios_below(configs: Configs, *, where: Mapping[str, Any], bound: float) -> Outcome:
+    """At ``where``, every slope ratio's interval lies below ``bound``: the compared
+    architecture's NMSE falls more slowly with parameters than the reference's."""
+    ratios, why = _slope_ratios(configs, where)
+    if why:
+        return _unmeasurable(why)
+    return all(r.high < bound for r in ratios), _ratio_text(ratios)

@@ -194,19 +194,42 @@ def role_ratios(results: Results) -> Figure:
     return fig
 
 
+def rate(results: Results, *, where: Mapping[str, Any]) -> Figure:
+    """The cost-law fit of the grid points at ``where`` (one (task, T)): every run, each
+    series' fit with its band and InfoFlow's slope (:func:`infoprobe.rates.rate_figure`);
+    a note instead while a fit cannot be made."""
+    from infoprobe.rates import RateError, fit_rates, rate_figure, records_from_results
+
+    records = records_from_results({"configs": _selected(results, where)}, "results.json")
+    try:
+        table = fit_rates(records)
+    except RateError as err:
+        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+        ax = fig.add_subplot()
+        ax.text(0.5, 0.5, f"no fit yet:\n{err}", ha="center", va="center", wrap=True,
+                fontsize=8, transform=ax.transAxes)  # fmt: skip
+        return fig
+    fit = table.fits[0]
+    return rate_figure(table, records, fit.task, fit.T)
+
+
 BUILDERS: dict[FigureKind, Callable[..., Figure]] = {
     "nmse_vs": nmse_vs,
     "cls_attention": cls_attention,
     "cls_probe": cls_probe,
     "role_ratios": role_ratios,
+    "rate": rate,
 }
 
 
 def claim_figures(claim: Claim, results: Results) -> dict[str, tuple[Figure, str]]:
-    """Every figure of ``claim``: name → (Figure, caption)."""
+    """Every figure of ``claim``: name → (Figure, caption); a ``rate`` figure whose
+    ``where`` selects no grid point of this profile is left out."""
     out = {}
     for spec in claim.figures:
         if spec.kind not in BUILDERS:
             raise ReproduceError(f"claim {claim.name}: unknown figure kind {spec.kind!r}")
+        if spec.kind == "rate" and not _selected(results, spec.where):
+            continue
         out[spec.name] = (BUILDERS[spec.kind](results, **spec.options()), spec.caption)
     return out

@@ -205,7 +205,7 @@ class Profile:
         return replace(self, points=chosen, seeds=self.seeds if seeds is None else seeds)
 
 
-FigureKind = Literal["nmse_vs", "cls_attention", "cls_probe", "role_ratios"]
+FigureKind = Literal["nmse_vs", "cls_attention", "cls_probe", "role_ratios", "rate"]
 """The figure builders of :mod:`infoprobe.reproduce.figures`."""
 Annotation = Literal["comparison_number", "exponent"]
 """What :func:`infoprobe.reproduce.figures.nmse_vs` adds: InfoFlow's comparison number
@@ -219,7 +219,8 @@ class FigureSpec:
     ``x``, ``log``, ``where``, ``series_by`` and ``annotate`` are the options of ``kind``
     ``"nmse_vs"`` (NMSE against coordinate ``x``, or ``"n_params"``; log scale; only the
     grid points whose coords match ``where``; one line per value of coordinate
-    ``series_by`` instead of per series); the other kinds take none.
+    ``series_by`` instead of per series); ``"rate"`` (the cost-law fit of the grid points
+    at ``where``, one (task, T)) takes ``where`` only; the other kinds take none.
 
     Attributes:
         name: file name of the PNG (without ``.png``), e.g. ``"nmse_vs_T"``.
@@ -250,11 +251,15 @@ class FigureSpec:
         if self.kind == "nmse_vs" and not self.x:
             raise ReproduceError(f"{where}: kind 'nmse_vs' needs x (a coordinate or 'n_params')")
         changed = [name for name, v in NMSE_VS_DEFAULTS.items() if getattr(self, name) != v]
-        if self.kind != "nmse_vs" and changed:
+        if self.kind == "rate" and set(changed) - {"where"}:
+            raise ReproduceError(f"{where}: kind 'rate' takes only where, got {changed}")
+        if self.kind not in ("nmse_vs", "rate") and changed:
             raise ReproduceError(f"{where}: kind {self.kind!r} takes no options, got {changed}")
 
     def options(self) -> dict[str, Any]:
-        """The builder's keyword arguments (none but for ``nmse_vs``)."""
+        """The builder's keyword arguments (none but for ``nmse_vs`` and ``rate``)."""
+        if self.kind == "rate":
+            return {"where": dict(self.where)}
         if self.kind != "nmse_vs":
             return {}
         return {

@@ -1,5 +1,5 @@
-"""The six claims of the paper, one module each: grids, training settings, profiles,
-figures, checks.
+"""The six claims of the paper and the cost-law rate study, one module each: grids,
+training settings, profiles, figures, checks.
 
 Each module reads top to bottom like a config file: its settings as
 :class:`~infoprobe.train.TrainConfig` and :class:`~infoprobe.model.ModelConfig` values
@@ -15,6 +15,7 @@ module                 claim
 ``fixed_positions``    fixed-positions: CLS attends 1/3 to each of x(1), x(2), x(3)
 ``argmax_probe``       argmax-probe: only the most attended key is linearly recoverable
 ``head_count``         head-count: one layer needs h >= D heads for D-retrieval
+``cost_law``           cost-law: fitted rates of NMSE against parameters beside alpha
 =====================  =================================================================
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from infoprobe.reproduce.claims import (
     argmax_probe,
+    cost_law,
     depth_separation,
     fixed_positions,
     head_count,
@@ -62,6 +64,7 @@ DEPTH_SEPARATION = depth_separation.CLAIM
 FIXED_POSITIONS = fixed_positions.CLAIM
 ARGMAX_PROBE = argmax_probe.CLAIM
 HEAD_COUNT = head_count.CLAIM
+COST_LAW = cost_law.CLAIM
 
 CLAIMS: dict[str, Claim] = {
     c.name: c
@@ -72,6 +75,7 @@ CLAIMS: dict[str, Claim] = {
         FIXED_POSITIONS,
         ARGMAX_PROBE,
         HEAD_COUNT,
+        COST_LAW,
     )
 }
 
@@ -88,6 +92,7 @@ def get_claim(name: str | Claim) -> Claim:
 __all__ = [
     "ARGMAX_PROBE",
     "CLAIMS",
+    "COST_LAW",
     "DEPTH_MATCHED",
     "DEPTH_SEPARATION",
     "DEPTH_WIDTHS",
