@@ -4,10 +4,12 @@ Each command module exposes ``register(subparsers)``; its parser sets
 ``func=run`` where ``run(args) -> int`` is the exit code. Modules without
 ``register`` (shared option helpers such as ``argtypes``) are not commands.
 
-Exit status: 0 success; 1 a command ran but its result failed (e.g. a diverged
-training run, a failed acceptance check); 2 bad input, reported as one line
-``infoprobe CMD: error: ...`` on stderr (see :func:`is_user_error`); 130 interrupted
-(Ctrl-C). Output piped into a reader that stops early (``| head``) ends quietly.
+Exit status (:data:`EXIT_STATUS`, printed at the end of every command's ``--help``): 0
+success; 1 a command ran but its result failed (what that means is the command module's
+``EXIT_FAILURE``: a diverged training run, a failed acceptance check), or a bug (a
+traceback); 2 bad input, reported as one line ``infoprobe CMD: error: ...`` on stderr (see
+:func:`is_user_error`); 130 interrupted (Ctrl-C). Output piped into a reader that stops
+early (``| head``) ends quietly.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import importlib
 import os
 import pkgutil
 import sys
+import textwrap
 from types import ModuleType
 
 import infoprobe.commands as commands_package
@@ -43,6 +46,16 @@ LIBRARY_PACKAGES = ("torch", "numpy", "h5py", "safetensors")
 """Libraries whose ValueErrors report a value they were given, not a fault of their own."""
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+EXIT_STATUS = {
+    0: "success",
+    1: "{failure}",
+    2: "bad input: one line `{prog}: error: ...` on stderr, and no file written or changed",
+    INTERRUPTED: "interrupted (Ctrl-C)",
+}
+"""Exit status -> its meaning, for every command (``{failure}``: the module's
+``EXIT_FAILURE``, or :data:`NO_FAILURE`)."""
+NO_FAILURE = "an internal error, printed with its traceback (please report it)"
+"""Status 1 of a command whose result cannot fail (no ``EXIT_FAILURE``)."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -63,6 +76,31 @@ def command_modules() -> list[ModuleType]:
     return [m for m in modules if callable(getattr(m, "register", None))]
 
 
+def exit_status_text(prog: str, failure: str | None) -> str:
+    """The ``exit status:`` paragraph of ``prog``'s help, from :data:`EXIT_STATUS`."""
+    failure = NO_FAILURE if failure is None else f"{failure}; or {NO_FAILURE}"
+    lines = [
+        textwrap.fill(f"{code:<4}{text.format(prog=prog, failure=failure)}", 86,
+                      initial_indent="  ", subsequent_indent="      ")
+        for code, text in EXIT_STATUS.items()
+    ]  # fmt: skip
+    return "exit status:\n" + "\n".join(lines)
+
+
+def _add_exit_status(
+    parser: argparse.ArgumentParser, failure: str | None, prog: str | None = None
+) -> None:
+    """Append the exit-status paragraph to ``parser``'s epilog and its subcommands' (whose
+    errors are reported under the command's ``prog``)."""
+    prog = prog or parser.prog
+    epilog = (parser.epilog or "").rstrip("\n")
+    parser.epilog = (epilog + "\n\n" if epilog else "") + exit_status_text(prog, failure)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action._name_parser_map.values()):
+                _add_exit_status(child, failure, prog)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="infoprobe",
@@ -78,7 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"infoprobe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in command_modules():
+        before = set(sub.choices)
         module.register(sub)
+        for name in sorted(set(sub.choices) - before):
+            _add_exit_status(sub.choices[name], getattr(module, "EXIT_FAILURE", None))
     rank = {name: i for i, name in enumerate(ORDER)}
     sub._choices_actions.sort(key=lambda a: rank.get(a.dest, len(ORDER)))
     return parser

@@ -77,7 +77,10 @@ class TrainConfig:
         seed: model initialisation and data streams.
         n_train: ``None`` draws fresh samples every step; an int fixes a training set of
             that many samples, drawn once.
-        n_val, n_test: sizes of the validation and test sets.
+        n_val: validation samples, drawn once; scored every ``eval_every`` steps, and the
+            model kept is the one with the lowest validation NMSE.
+        n_test: test samples, drawn once from a stream of their own; scored once, on the
+            model kept.
         eval_every: steps between validation evaluations.
         patience: stop after this many evaluations without improvement (``None``: never).
         device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``).

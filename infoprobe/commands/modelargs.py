@@ -6,7 +6,8 @@ Every field of :class:`~infoprobe.model.ModelConfig` (but ``d_in``, ``n_ctx`` an
 one option, in field order:
 
 - flag ``--field-name``; a ``bool`` field is ``--name`` if it defaults to off, ``--no-name``
-  if it defaults to on;
+  if it defaults to on (its help is the field's, then "on by default, this flag turns it
+  off");
 - default: the field's default;
 - help: the field's entry in the class docstring's ``Args:`` section, then the default;
 - value: ``Literal`` fields take their choices; ``int`` and ``float`` fields are checked
@@ -201,7 +202,9 @@ def add_config_arguments(
                 *(cli.flags or (f"--no-{flag[2:]}" if on else flag,)),
                 dest=f.name,
                 action="store_false" if on else "store_true",
-                help=f"turn off (default: on): {doc}" if on else f"{doc} (default: off)",
+                help=f"{doc}: on by default, this flag turns it off"
+                if on
+                else f"{doc} (default: off)",
             )
         else:
             options: dict[str, Any] = {"metavar": cli.metavar}

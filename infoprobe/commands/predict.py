@@ -41,11 +41,11 @@ samples to HDF5 ([L+1, N, T+1, T+1] bool; 0-based, CLS = T; see docs/infoflow.md
 
 EPILOG = """\
 examples:
-  infoprobe predict --task intrinsic-dim --D 3 --T 64 --heads 2,3
+  infoprobe predict --task intrinsic-dim --D 3 --T 64 --heads 2,3 --E 48
   infoprobe predict --task pairwise-min --T 32 --heads 1 --json
   infoprobe predict --task fixed-positions --heads 1 --E 8 --pos-encoding learned
   infoprobe predict --task intrinsic-dim --D 2 --T 8 --heads 2,2 --samples 1000 --out pred.h5
-  infoprobe predict --task intrinsic-dim --D 3 --heads 3,3 --grid --grid-T 8,16,32,64
+  infoprobe predict --task intrinsic-dim --D 3 --heads 3,3 --E 48 --grid --grid-T 8,16,32,64
   infoprobe predict --cache runs/x/acts.h5 --out runs/x/pred.h5   # sets of a cache's samples
   infoprobe predict --task intrinsic-dim --D 2 --T 8 --heads 2,2 --orientation mirrored,declared
 """

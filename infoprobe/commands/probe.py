@@ -78,10 +78,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--split",
         default="0.7,0.15,0.15",
-        help="train,val,test fractions, assigned at random by sample",
+        help="train,val,test fractions, assigned at random by sample (%(default)s)",
     )
     p.add_argument(
-        "--seed", type=non_negative_int, default=0, help="seed of the split and shuffled control"
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="seed of the split and shuffled control (%(default)s)",
     )
     p.add_argument("--ranks", default="1,2", help="attention ranks of role targets (1,2)")
     p.add_argument(

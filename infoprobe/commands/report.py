@@ -25,10 +25,11 @@ The folder is built under OUT.tmp-<pid> and renamed when complete. Check it in a
 browser with: python -m infoprobe.report.browser_check OUT"""
 
 EPILOG = """\
-examples:
-  infoprobe report pred.h5 probes.h5 --influence flow.h5 --out runs/demo/report
+examples, in a folder written by `infoprobe run` (or one of the demo's, such as
+runs/demo/heads-2-2), which holds these files and the checkpoint in checkpoint/:
+  infoprobe report pred.h5 probes.h5 --influence flow.h5 --out my-report
   infoprobe report pred.h5 probes.h5 --influence flow.h5 --influence flow-random-init.h5 \\
-      --cache acts.h5 --checkpoint runs/demo/model --rollout --out runs/demo/report
+      --cache acts.h5 --checkpoint checkpoint --rollout --out my-report-full
 """
 
 

@@ -45,12 +45,12 @@ examples:
 
 Scaling out: --backend local runs --workers processes with --threads torch threads each
 (default: one process per core, one thread each); --backend ray submits each run as a Ray
-task (pip install 'infoprobe[ray]'); records come back to this machine.
-
-Exit status: 0; 1 if a run failed, or an acceptance check of the profile failed or
-could not be measured ([n/a]: nothing to compare) (thresholds fixed in
-infoprobe/reproduce/claims/ before any run); 2 on bad input.
-"""
+task (pip install 'infoprobe[ray]'); records come back to this machine."""
+EXIT_FAILURE = (
+    "a run failed, or an acceptance check of the profile failed or could not be measured "
+    "([n/a]: nothing to compare; thresholds fixed in infoprobe/reproduce/claims/ before any run)"
+)
+"""What exit status 1 means (infoprobe.cli.EXIT_STATUS)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

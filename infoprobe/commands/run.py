@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -14,17 +17,31 @@ from infoprobe.commands.modelargs import (
     train_config_from_args,
 )
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.pipeline import RunSettings, run_pipeline
+from infoprobe.pipeline import RunSettings, analysis_stages, run_pipeline
 
-EPILOG = """\
+
+def stage_list(width: int = 86) -> str:
+    """The stages of a run folder and their outputs, in order, as ``run`` runs them (read
+    from :func:`~infoprobe.pipeline.analysis_stages` itself, so the help cannot drift)."""
+    folder = SimpleNamespace(path=Path("OUT"), progress=False)
+    stages = analysis_stages(folder, Path("OUT/checkpoint"), {}, RunSettings())  # type: ignore[arg-type]
+    entries = ["train\xa0(checkpoint/)"]
+    for stage in stages:
+        outputs = [*stage.also_writes, stage.output + ("" if "." in stage.output else "/")]
+        entries.append(f"{stage.name}\xa0({', '.join(outputs)})")  # \xa0: kept on one line
+    text = textwrap.fill(" -> ".join(entries), width, initial_indent="  ", subsequent_indent="  ")
+    return text.replace("\xa0", " ")
+
+
+EPILOG = f"""\
 stages (each skipped when its output exists with the same settings, so re-running the
 same command resumes; a folder made with other settings is refused unless --overwrite):
-  train -> cache (acts.h5) -> control (acts-random-init.h5) -> probe (probes.h5)
-  -> predict (pred.h5) -> compare (comparison.json, report/report.html)
+{stage_list()}
+flow and flow-control run on the probes' test samples; report/report.html is the report.
 
 examples:
-  infoprobe run --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 2e-3 --steps 10000 \\
-      --out runs/id-2-2
+  infoprobe run --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 5e-3 --warmup 1000 \\
+      --init-gain 0.5 --steps 10000 --out runs/id-2-2
   infoprobe run --task fixed-positions --heads 1 --steps 3000 --out runs/fp
 Decodable is not the same as used: a probe shows what can be read from a state, not
 what the network reads from it.

@@ -23,11 +23,15 @@ from infoprobe.tasks import Task
 from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
 
 EXAMPLES = """examples:
-  infoprobe train --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 2e-3 --steps 10000 \\
-      --out runs/id-2-2
+  infoprobe train --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 5e-3 --warmup 1000 \\
+      --init-gain 0.5 --steps 10000 --out runs/id-2-2
   infoprobe train --task fixed-positions --heads 1 --pos-encoding learned --out runs/fp
   infoprobe train --task triangle --T 8 --heads 2,2 --E 24 --steps 3000 --out runs/tri
-  infoprobe train --task intrinsic-dim --D 2 --T 16 --seeds 0,1,2,3 --out runs/id-seeds
+  infoprobe train --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 5e-3 --warmup 1000 \\
+      --init-gain 0.5 --steps 10000 --seeds 0,1,2,3 --out runs/id-seeds
+
+The first and last examples use the recipe the demo trains with (lr 5e-3, warm-up 1000,
+weights at half the LeCun scale; docs/model.md); the defaults are the paper's.
 
 With --seeds the seeds train together as one batched ensemble (each with its own data,
 optimiser and best model, as if trained alone) and --out becomes a folder with one
@@ -38,6 +42,10 @@ The checkpoint folder holds model.safetensors and checkpoint.json (model config,
 spec, training config, NMSE history, versions, weights hash). Load it in Python with
 infoprobe.load_checkpoint(path).
 """
+EXIT_FAILURE = (
+    "a training (one seed of --seeds) stopped on a non-finite loss; its last good model is saved"
+)
+"""What exit status 1 means (infoprobe.cli.EXIT_STATUS)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

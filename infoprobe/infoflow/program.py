@@ -145,12 +145,13 @@ class Program:
         return f"{stage.description} [{comparison.label}, stage {op.stage + 1}, {kind}]"
 
     def describe(self, arch: Architecture | None = None) -> str:
-        """The program layer by layer in words (layers 1-based as in the paper)."""
+        """The program layer by layer in words: layers 1-based as in the paper (layer k is
+        block k-1), heads 0-based within a layer as in TransformerLens and the reports."""
         lines = []
         for layer, heads in enumerate(self.layers, 1):
             budget = f" of {arch.heads[layer - 1]}" if arch is not None else ""
             lines.append(f"layer {layer} (block {layer - 1}), {len(heads)} head(s){budget} used:")
-            for i, head in enumerate(heads, 1):
+            for i, head in enumerate(heads):
                 lines.append(f"  head {i}: data tokens: {self.describe_op(head.data)}")
                 lines.append(f"          CLS: {self.describe_op(head.cls)}")
         for dec in self.decodes:
