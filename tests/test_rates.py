@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from scipy import stats
+from test_bad_input import assert_refused, run_command
 
 from infoprobe.rates import (
     DID_NOT_TRAIN_NMSE,
@@ -199,3 +200,45 @@ def test_the_same_run_twice_refused(tmp_path):
     b = write(tmp_path, "b.json", content)
     with pytest.raises(RateError, match="the same run appears more than once"):
         load_records([a, b])
+
+
+# ---- the command -------------------------------------------------------------------------
+def test_rates_command_prints_the_fit_and_writes_figures(monkeypatch, capsys, tmp_path):
+    rng = np.random.default_rng(11)
+    records = planted(-0.6, rng, alpha=1.0) + planted(-0.2, rng, arch="(1,2)", alpha=3.0)
+    path = write(tmp_path, "r.json", records_file(records))
+    out = tmp_path / "fig"
+    assert run_command(monkeypatch, "rates", [str(path), "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    x = np.log([r.n_params for r in records if r.arch == "(1,2)"])
+    y = np.log([r.nmse for r in records if r.arch == "(1,2)"])
+    (slow,) = [f for f in printed["fits"] if f["arch"] == "(1,2)"]
+    assert slow["slope"] == pytest.approx(np.polyfit(x, y, 1)[0])
+    assert slow["predicted_slope"] == pytest.approx(-2 / 3)
+    assert printed["ratios"][0]["predicted"] == pytest.approx(1 / 3)
+    assert json.loads((out / "summary.json").read_text())["format"] == "infoprobe.rates"
+    assert (out / "rates_t_T32.png").read_bytes()[:4] == b"\x89PNG"
+    # the same folder again: refused without --overwrite, replaced with it
+    assert run_command(monkeypatch, "rates", [str(path), "--out", str(out)]) == 2
+    assert run_command(monkeypatch, "rates", [str(path), "--out", str(out), "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda c: c["records"][0].update(nmse=0), ["records[0]", "'nmse'", "> 0"]),
+        (lambda c: c["records"][1].update(nmse=None), ["records[1]", "not trained"]),
+        (
+            lambda c: c.update(records=[r for r in c["records"] if r["width"] <= 64]),
+            [">= 3 parameter counts, got 2"],
+        ),
+        (lambda c: c["records"][2].update(alpha=7.0), ["disagree on alpha"]),
+        (lambda c: c.update(format="infoprobe.other"), ["'format'", "infoprobe.rates.records"]),
+    ],
+)
+def test_rates_command_refuses_bad_records(monkeypatch, capsys, tmp_path, edit, words):
+    content = records_file(planted(-0.4, np.random.default_rng(12)))
+    edit(content)
+    path = write(tmp_path, "r.json", content)
+    argv = [str(path), "--out", str(tmp_path / "fig")]
+    assert_refused(monkeypatch, capsys, tmp_path, "rates", argv, words)
