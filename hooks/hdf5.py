@@ -4,19 +4,18 @@ Opening with one clear error per failure (missing, not HDF5, damaged, locked), t
 header (docs/conventions.md, "File headers": root attributes ``format``,
 ``schema_version``, ``created``, ``infoprobe_version``, ``axes``; every dataset's axes as
 an ``axes`` attribute and HDF5 dimension labels) and its check, attribute values as plain
-Python, the temporary name an output is written under, and the field paths at which two
-JSON values differ. The activation cache uses them, and so does the hub (influence files,
-run folders), so every file fails the same way.
+Python, and the field paths at which two JSON values differ. The activation cache uses
+them, and so does the hub (influence files, run folders), so every file fails the same way.
 
-This is the ``infoprobe.hooks`` leaf's own small header and temp-name helper: a leaf
-imports nothing from the hub, so the hub keeps its own (``infoprobe.header``,
-``infoprobe.atomic.temp_name``), which write the same fields and the same names.
+This is the ``infoprobe.hooks`` leaf's own small header helper: a leaf imports nothing from
+the hub but its base of file helpers (``infoprobe.atomic``: temporary names, output
+locks), so the hub keeps its own header helper (``infoprobe.header``), which writes the
+same fields.
 ``json_differences`` has no copy: the hub imports it from here.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,11 +44,6 @@ def label_axes(dataset: h5py.Dataset, axes: Iterable[str]) -> None:
     dataset.attrs["axes"] = names
     for i, name in enumerate(names):
         dataset.dims[i].label = name
-
-
-def temp_name(path: Path) -> Path:
-    """``NAME.tmp-<pid>`` beside ``path``: where an output is written before its rename."""
-    return path.with_name(f"{path.name}.tmp-{os.getpid()}")
 
 
 def plain_attr(value: Any) -> Any:

@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 from transformer_lens import HookedRootModule
 
+from infoprobe.atomic import output_lock, temp_name
 from infoprobe.hooks.capture import capture
 from infoprobe.hooks.errors import (
     BatchFunctionError,
@@ -44,7 +45,6 @@ from infoprobe.hooks.hdf5 import (
     json_differences,
     label_axes,
     plain_attr,
-    temp_name,
     utc_now,
 )
 from infoprobe.hooks.raw import raw_rows
@@ -238,30 +238,52 @@ def _check_identity(
         if key == "provenance_json":
             lines += json_differences(json.loads(old), json.loads(new), "provenance")
         elif key == "hook_names":
-            if list(old) != list(new):
-                lines.append(f"hook_names: file has {list(old)}, this run has {list(new)}")
+            lines += _hook_differences(list(old), list(new))
         elif old != new:
             lines.append(f"{key}: file has {old!r}, this run has {new!r}")
     with h5py.File(path, "r") as f:
         for d in plan.datasets:
             shape = f[d.path].shape if d.path in f else None
-            if shape != d.shape:
+            if shape is not None and shape != d.shape:  # a missing one: named by hook_names
                 lines.append(f"dataset {d.path}: file has shape {shape}, this run needs {d.shape}")
     if lines:
+        more = f"\n  (and {len(lines) - 6} more differences)" if len(lines) > 6 else ""
         raise ProvenanceMismatchError(
             f"{path} was written by a different run, refusing to append (file untouched):\n  "
-            + "\n  ".join(lines)
+            + "\n  ".join(line if len(line) <= 300 else line[:297] + "..." for line in lines[:6])
+            + more
             + "\npass overwrite=True (--overwrite) to replace it, or choose another output"
         )
+
+
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    rest = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + rest
+
+
+def _hook_differences(old: list[str], new: list[str]) -> list[str]:
+    """The hook names one side has and the other lacks (a few named, the rest counted)."""
+    if old == new:
+        return []
+    extra = [name for name in new if name not in old]
+    missing = [name for name in old if name not in new]
+    if not extra and not missing:
+        return ["hook_names: the same hooks in another order"]
+    parts = [f"this run adds {_names(extra)}" if extra else "",
+             f"the file also has {_names(missing)}" if missing else ""]  # fmt: skip
+    return [f"hook_names ({len(old)} in the file, {len(new)} in this run): "
+            + "; ".join(p for p in parts if p)]  # fmt: skip
 
 
 def _check_disk(path: Path, needed: int) -> None:
     free = shutil.disk_usage(path.parent).free
     if free < needed + DISK_MARGIN_BYTES:
         raise InsufficientDiskError(
-            f"{path}: the cache needs {needed / 1e6:.1f} MB more but the file system has "
+            f"{path}: the cache needs {needed / 1e6:.1f} MB more plus a margin of "
+            f"{DISK_MARGIN_BYTES / 2**20:.0f} MiB (HDF5 metadata, file-system slack), "
+            f"{(needed + DISK_MARGIN_BYTES) / 1e6:.1f} MB in all, but the file system has "
             f"{free / 1e6:.1f} MB free; free space, use --dtype float16, fewer sites or a "
-            f"smaller --n"
+            "smaller --n"
         )
 
 
@@ -444,30 +466,32 @@ def write_cache(
         )
     attrs = _header_attrs(plan, provenance)
     begin = time.perf_counter()
-    start = _prepare(path, plan, attrs, overwrite)
-    shapes = (plan.datasets[0].shape[1:], plan.datasets[1].shape[1:])
-    sizes = batch_sizes(n, batch_size)
-    with (
-        h5py.File(path, "r+", rdcc_nbytes=0) as f,  # whole-chunk writes bypass the cache
-        tqdm(
-            total=n,
-            initial=start,
-            unit="sample",
-            unit_scale=True,
-            disable=not progress,
-            desc=path.name,
-        ) as bar,
-    ):
-        commits = _BackgroundCommits(_Committer(f, plan, durable, RAW_WRITES), bar.update)
-        try:
-            for index in range(-(-start // batch_size), len(sizes)):  # ceil: skip committed
-                x, y = _checked_batch(batch_fn, index, sizes[index], shapes)
-                acts = capture(model, x, plan.hook_names)
-                arrays = {X_PATH: x, Y_PATH: y}
-                arrays.update({acts_path(k): _to_storage(k, v, dtype) for k, v in acts.items()})
-                commits.submit(index * batch_size, arrays)
-        except BaseException:
-            commits.close(reraise=False)
-            raise
-        commits.close()
-    return CacheSummary(path, plan, start, time.perf_counter() - begin)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with output_lock(path):  # one writer at a time: a second is refused at once
+        start = _prepare(path, plan, attrs, overwrite)
+        shapes = (plan.datasets[0].shape[1:], plan.datasets[1].shape[1:])
+        sizes = batch_sizes(n, batch_size)
+        with (
+            h5py.File(path, "r+", rdcc_nbytes=0) as f,  # whole-chunk writes bypass the cache
+            tqdm(
+                total=n,
+                initial=start,
+                unit="sample",
+                unit_scale=True,
+                disable=not progress,
+                desc=path.name,
+            ) as bar,
+        ):
+            commits = _BackgroundCommits(_Committer(f, plan, durable, RAW_WRITES), bar.update)
+            try:
+                for index in range(-(-start // batch_size), len(sizes)):  # ceil: skip committed
+                    x, y = _checked_batch(batch_fn, index, sizes[index], shapes)
+                    acts = capture(model, x, plan.hook_names)
+                    arrays = {X_PATH: x, Y_PATH: y}
+                    arrays.update({acts_path(k): _to_storage(k, v, dtype) for k, v in acts.items()})
+                    commits.submit(index * batch_size, arrays)
+            except BaseException:
+                commits.close(reraise=False)
+                raise
+            commits.close()
+        return CacheSummary(path, plan, start, time.perf_counter() - begin)
