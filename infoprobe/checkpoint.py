@@ -285,7 +285,9 @@ def with_task(source: str | Path, dest: str | Path, task: Task) -> Path:
     ck = load_checkpoint(source, task=task)
     meta = {k: v for k, v in ck.meta.items() if k != "format_version"}  # schema 1's version
     meta.update(make_header(FORMAT, SCHEMA_VERSION))  # a new file: this schema's header
-    with atomic_output(dest, overwrite=True, directory=True, what="checkpoint") as tmp:
+    with atomic_output(
+        dest, overwrite=True, directory=True, what="checkpoint", kind=FORMAT
+    ) as tmp:
         (tmp / WEIGHTS).write_bytes((Path(source) / WEIGHTS).read_bytes())
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
     return Path(dest)

@@ -22,7 +22,7 @@ from typing import Any
 import einops
 import numpy as np
 
-from infoprobe.atomic import refuse_existing, remove_stale_temps
+from infoprobe.atomic import locked_output, refuse_existing, remove_stale_temps
 from infoprobe.hooks import CacheFile, layer_sites, open_cache
 from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.controls import (
@@ -516,6 +516,7 @@ class _ProbeRun:
         )
 
 
+@locked_output("out")
 def run_probe(
     cache_path: str | os.PathLike[str],
     out: str | os.PathLike[str],

@@ -76,7 +76,7 @@ def write_summary(out: Path, settings: dict, metrics: dict[int, dict]) -> Path:
         "best_val_nmse": finite.get(best),
         "finished": len(finished),
     }
-    with atomic_output(out / SUMMARY, overwrite=True) as tmp:
+    with atomic_output(out / SUMMARY, overwrite=True, kind=FORMAT) as tmp:
         tmp.write_text(json.dumps(summary, indent=1, sort_keys=True))
     return out / SUMMARY
 

@@ -37,6 +37,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from infoprobe.atomic import temp_name
 from infoprobe.probes.errors import ResultsFileError
 
 FORMAT = "infoprobe.probe-results"
@@ -130,7 +131,7 @@ class ProbeResults:
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Write to ``path`` via ``path.tmp-<pid>`` and an atomic rename."""
         final = Path(path)
-        tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+        tmp = temp_name(final)
         try:
             with h5py.File(tmp, "w") as f:
                 self._write_to(f)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from infoprobe.atomic import locked_output
 from infoprobe.caching import random_init_model
 from infoprobe.checkpoint import Checkpoint, load_checkpoint
 from infoprobe.hooks import CacheFile, open_cache
@@ -53,6 +54,7 @@ def _check_alignment(cache: CacheFile, cache_path: Path, ckpt: Checkpoint) -> No
         )
 
 
+@locked_output("out")
 def influence_for_cache(
     checkpoint: str | os.PathLike | Checkpoint,
     cache_path: str | os.PathLike,

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from transformer_lens import HookedRootModule
 
-from infoprobe.atomic import OutputExistsError, atomic_output
+from infoprobe.atomic import OutputExistsError, atomic_output, locked_output
 from infoprobe.header import axes_of, label_axes, make_header, write_attrs
 from infoprobe.hooks.hdf5 import check_format, is_hdf5_file, json_differences, open_hdf5, plain_attr
 from infoprobe.hooks.schema import chunk_rows
@@ -244,7 +244,7 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
     """Create the whole file (datasets allocated, cursor 0) under a temp name, then rename."""
     row = plan.n_layers * (plan.T + 1) * plan.T * 4
     rows = chunk_rows(row, plan.block_size, plan.n)
-    with atomic_output(path, overwrite=True, what="influence file") as tmp:
+    with atomic_output(path, overwrite=True, what="influence file", kind=FORMAT) as tmp:
         with h5py.File(tmp, "w") as f:
             write_attrs(f.attrs, attrs)
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
@@ -363,6 +363,7 @@ def _finish(f: h5py.File, plan: FlowPlan) -> None:
     f.flush()
 
 
+@locked_output("path")
 def write_influence(
     path: str | os.PathLike,
     model: HookedRootModule,

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from infoprobe.atomic import atomic_output
+from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.ensemble import train_ensemble
 from infoprobe.header import check_header, make_header
@@ -201,10 +202,12 @@ class RunStore:
         run_dir = self.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         if outcome.files:
-            with atomic_output(run_dir / CHECKPOINT, overwrite=True, directory=True) as tmp:
+            with atomic_output(
+                run_dir / CHECKPOINT, overwrite=True, directory=True, kind=CHECKPOINT_FORMAT
+            ) as tmp:
                 for name, data in outcome.files.items():
                     (tmp / name).write_bytes(data)
-        with atomic_output(self.record_path(run_id), overwrite=True) as tmp:
+        with atomic_output(self.record_path(run_id), overwrite=True, kind=RECORD_FORMAT) as tmp:
             tmp.write_text(json.dumps(outcome.record, indent=1, sort_keys=True))
         return self.record_path(run_id)
 
