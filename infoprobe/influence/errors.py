@@ -21,3 +21,7 @@ class IncompleteInfluenceError(InfluenceFileError):
 
 class InfluenceMismatchError(InfluenceFileError):
     """An unfinished influence file was written with other settings or provenance."""
+
+
+class InfluenceDiskError(InfluenceError):
+    """The file system cannot hold the influence file (nothing of it changed)."""
