@@ -25,6 +25,7 @@ how well a probe of a fixed budget recovers x(s), not whether the information "i
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -132,10 +133,20 @@ class ProbeResults:
         """Write to ``path`` via ``path.tmp-<pid>`` and an atomic rename."""
         final = Path(path)
         tmp = temp_name(final)
+        # The file is built in memory and written with one plain write: HDF5 cannot
+        # recover from a failed write of its own (a full disk leaves its file objects
+        # broken and the interpreter crashes at exit), a plain write raises OSError.
+        image = io.BytesIO()
+        with h5py.File(image, "w") as f:
+            self._write_to(f)
         try:
-            with h5py.File(tmp, "w") as f:
-                self._write_to(f)
+            with open(tmp, "wb") as out:
+                out.write(image.getbuffer())
             os.replace(tmp, final)
+        except OSError as err:
+            size = image.getbuffer().nbytes / 1e6
+            message = f"{err.strerror} (writing {size:.1f} MB of probe results)"
+            raise OSError(err.errno, message, str(final)) from err
         finally:
             if tmp.exists():
                 tmp.unlink()

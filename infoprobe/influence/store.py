@@ -10,7 +10,8 @@ attributes ``format`` = ``"infoprobe.influence"``, ``schema_version``, ``created
 attribute and labelled dimensions. Schema 1 files (``axes`` a JSON string) are still read.
 
 Writing follows the activation cache: the file is created at full size under
-``NAME.tmp-<pid>`` and renamed onto NAME with ``n_committed = 0``; each block of samples
+``NAME.tmp-<pid>``, its bytes reserved on disk (so a full disk is refused before the first
+block, never met inside HDF5), and renamed onto NAME with ``n_committed = 0``; each block of samples
 is written and flushed before ``n_committed`` advances; after the last block the
 aggregate is computed from the stored scores and only then is ``complete`` set. A killed
 run re-run with the same arguments resumes at ``n_committed`` and produces the same bytes;
@@ -19,8 +20,10 @@ the reader refuses a file that is not complete unless ``allow_incomplete``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,7 @@ from infoprobe.hooks.hdf5 import check_format, is_hdf5_file, json_differences, o
 from infoprobe.hooks.schema import chunk_rows
 from infoprobe.influence.errors import (
     IncompleteInfluenceError,
+    InfluenceDiskError,
     InfluenceError,
     InfluenceFileError,
     InfluenceMismatchError,
@@ -240,6 +244,13 @@ def _attrs(plan: FlowPlan, provenance: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _allocated_early() -> h5py.h5p.PropDCID:
+    """Dataset creation properties: its space is allocated when it is created."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    return dcpl
+
+
 def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: np.ndarray) -> None:
     """Create the whole file (datasets allocated, cursor 0) under a temp name, then rename."""
     row = plan.n_layers * (plan.T + 1) * plan.T * 4
@@ -247,14 +258,12 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
     with atomic_output(path, overwrite=True, what="influence file", kind=FORMAT) as tmp:
         with h5py.File(tmp, "w") as f:
             write_attrs(f.attrs, attrs)
-            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
             scores = f.create_dataset(
                 SCORES,
                 shape=plan.score_shape,
                 dtype="float32",
                 chunks=(plan.n_layers, rows, plan.T + 1, plan.T),
-                dcpl=dcpl,
+                dcpl=_allocated_early(),
                 fill_time="never",
                 track_times=False,
             )
@@ -268,9 +277,57 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
                 shape=(plan.n_layers, plan.T + 1, plan.T),
                 dtype="float64",
                 fillvalue=np.nan,
+                dcpl=_allocated_early(),
                 track_times=False,
             )
             label_axes(agg, DATASET_AXES[AGGREGATE])
+        reserve_disk(tmp, path)
+
+
+def file_bytes(plan: FlowPlan) -> int:
+    """Bytes of the datasets of an influence file of ``plan`` (its metadata is not counted)."""
+    cells = plan.n_layers * (plan.T + 1) * plan.T
+    return plan.n * cells * 4 + cells * 8 + plan.n_layers * (plan.T + 1) * 8 + plan.n * 8
+
+
+def check_disk(path: Path, plan: FlowPlan) -> None:
+    """Refuse to start a file of ``plan`` that the file system holding ``path`` cannot hold."""
+    needed, free = file_bytes(plan), shutil.disk_usage(path.parent).free
+    if free < needed:
+        raise InfluenceDiskError(
+            f"{path}: the influence file needs {needed / 1e6:.1f} MB but the file system has "
+            f"{free / 1e6:.1f} MB free; free space, write it elsewhere or use a smaller --n"
+        )
+
+
+def reserve_disk(file: Path, path: Path) -> None:
+    """Allocate every byte of ``file`` (the influence file ``path`` or its temporary name) on
+    disk now.
+
+    The datasets are allocated at creation but left as holes; a block written into a hole
+    on a full disk fails inside HDF5, which cannot recover from it (its file objects stay
+    broken and the interpreter crashes at exit). After this, the blocks and the aggregate
+    are written into space the file already owns. A file system without fallocate support
+    is left as it is.
+    """
+    allocate = getattr(os, "posix_fallocate", None)
+    if allocate is None:
+        return
+    size = file.stat().st_size
+    fd = os.open(file, os.O_RDWR)
+    try:
+        allocate(fd, 0, size)
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return
+        free = shutil.disk_usage(file.parent).free
+        raise InfluenceDiskError(
+            f"{path}: cannot reserve the {size / 1e6:.1f} MB of the influence file "
+            f"({err.strerror}; the file system has {free / 1e6:.1f} MB free); free space and "
+            "re-run the same command, which resumes an unfinished file"
+        ) from err
+    finally:
+        os.close(fd)
 
 
 def _identity(header: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[str]:
@@ -400,6 +457,8 @@ def write_influence(
             states (nothing written). InfluenceMismatchError: ``path`` is an unfinished
             file of another run. InfluenceFileError: ``path`` is not an influence file.
         OutputExistsError: ``path`` is a complete influence file and not ``overwrite``.
+        InfluenceDiskError: the file system cannot hold the file (a new file: nothing
+            written; an unfinished one: unchanged, to resume once there is space).
     """
     path = Path(path)
     settings = (settings or InfluenceSettings()).resolved()
@@ -414,6 +473,7 @@ def write_influence(
         if lines:
             raise _mismatch(path, lines)
         start = _committed_start(path, header, plan)
+        reserve_disk(path, path)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         index = np.arange(plan.n) if sample_index is None else np.asarray(sample_index)
@@ -422,6 +482,7 @@ def write_influence(
                 f"sample_index: expected {plan.n} cache rows (one per sample), got shape "
                 f"{index.shape}"
             )
+        check_disk(path, plan)
         _create(path, plan, attrs, index.astype(np.int64))
         start = 0
     with h5py.File(path, "r+") as f:
