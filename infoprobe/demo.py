@@ -14,6 +14,7 @@ initialised at half the LeCun scale, 10k steps), one seed per model.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 from dataclasses import dataclass, replace
@@ -22,9 +23,10 @@ from pathlib import Path
 
 import torch
 
-from infoprobe.atomic import atomic_output
+from infoprobe.atomic import atomic_output, mark_html, refuse_existing
 from infoprobe.model import ModelConfig
 from infoprobe.pipeline import RunSettings, RunSummary, run_pipeline
+from infoprobe.report.figures import file_stem
 from infoprobe.report.html import STYLE
 from infoprobe.tasks import make_task
 from infoprobe.train import TrainConfig
@@ -87,6 +89,11 @@ def _one_model(args: tuple[str, tuple[int, int], DemoConfig, Path, bool, int]) -
     )
 
 
+INDEX_FORMAT = "infoprobe.demo-index"
+"""Format marker of the demo's index.html (its ``infoprobe-format`` meta tag): a re-run
+replaces only an index.html carrying it (infoprobe.atomic)."""
+
+
 def run_demo(
     out: str | os.PathLike = "runs/demo",
     cfg: DemoConfig | None = None,
@@ -97,6 +104,7 @@ def run_demo(
     """Run both models (in two processes when ``parallel``); return summaries, index.html."""
     cfg = cfg or DemoConfig()
     out = Path(out)
+    refuse_existing(out / "index.html", True, "demo index page", kind=INDEX_FORMAT)
     jobs = [
         (name, heads, cfg, out, overwrite, 1 if parallel else torch.get_num_threads())
         for name, heads in cfg.heads().items()
@@ -120,57 +128,133 @@ def separation(summaries: list[RunSummary]) -> float | None:
     return short / efficient
 
 
+def report_answer(summary: RunSummary) -> dict | None:
+    """The ``answer`` section of a model's report summary.json (None if unreadable)."""
+    try:
+        found = json.loads((Path(summary.report).parent / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return found.get("answer") if isinstance(found, dict) else None
+
+
+def _model_label(summary: RunSummary) -> str:
+    return f"({','.join(map(str, summary.heads))}) model"
+
+
+def _headline(summary: RunSummary, found: dict | None) -> str:
+    """One line per model: InfoFlow's verdict with α at the run's T and E, then the primary
+    instrument's AUROC per layer with its random-init control and rollout beside."""
+    verdict = (found or {}).get("verdict") or f"{summary.verdict} (α(T) = {summary.exponent})"
+    text = f"<b>{escape(_model_label(summary))}</b>: InfoFlow says {escape(verdict)}"
+    entry = (found or {}).get("instruments", {}).get((found or {}).get("primary"))
+    if entry is None:
+        return text + "."
+    parts = []
+    for layer in found["layers"]:
+        value = entry["auroc"]["infoflow"][layer]
+        extra = []
+        if entry.get("control_auroc") is not None:
+            extra.append(f"random-init {_fmt(entry['control_auroc'][layer])}")
+        if "rollout" in entry["auroc"]:
+            extra.append(f"rollout {_fmt(entry['auroc']['rollout'][layer])}")
+        parts.append(
+            f"layer {layer} <b>{_fmt(value)}</b>" + (f" ({', '.join(extra)})" if extra else "")
+        )
+    return f"{text}. {escape(entry['label'])} AUROC of InfoFlow's sets: " + "; ".join(parts) + "."
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def _figure(summary: RunSummary, found: dict | None, out: Path) -> str:
+    """The model's answer figure from its report folder (a relative link), with a caption."""
+    primary = (found or {}).get("primary")
+    png = Path(summary.report).parent / f"answer_{file_stem(primary)}.png" if primary else None
+    if png is None or not png.is_file():
+        return ""
+    src = os.path.relpath(png, out)
+    label = escape(found["instruments"][primary]["label"])
+    return (
+        f"<figure><img src='{escape(src)}' alt='{escape(_model_label(summary))}: ROC curves'>"
+        f"<figcaption>{escape(_model_label(summary))}: per layer, ROC curves of {label} "
+        "ranking InfoFlow's predicted positions above the others (InfoFlow solid, "
+        "attention rollout dashed, InfoFlow against the random-init model dotted) and the "
+        "score at predicted (blue) and other (grey) positions.</figcaption></figure>"
+    )
+
+
 def _row(summary: RunSummary, out: Path) -> str:
     nmse = "n/a" if summary.val_nmse is None else f"{summary.val_nmse:.2e}"
     link = os.path.relpath(summary.report, out)
-    layers = "<br>".join(escape(v) for v in summary.layer_verdicts)
+    found = report_answer(summary)
+    exponent = (found or {}).get("exponent") or {}
+    alpha = escape(summary.exponent)
+    if exponent.get("at_T") is not None:
+        alpha = f"α(T) = {alpha}; α = {exponent['at_T']:.3g} at T = {exponent['T']}"
     return (
         f"<tr><td>{escape(str(tuple(summary.heads)))}</td><td>{escape(summary.verdict)}</td>"
-        f"<td>{escape(summary.exponent)}</td><td class='num'>{nmse}</td>"
-        f"<td style='font-size:.85em'>{layers}</td>"
+        f"<td>{alpha}</td><td class='num'>{nmse}</td>"
         f"<td><a href='{escape(link)}'>report</a></td></tr>"
     )
 
 
 def write_index(out: Path, summaries: list[RunSummary], cfg: DemoConfig) -> Path:
-    """``out/index.html``: both models side by side, linking their reports."""
+    """``out/index.html``: :func:`index_page`."""
+    page = index_page(out, summaries, cfg)
+    path = out / "index.html"
+    with atomic_output(path, overwrite=True, what="demo index page", kind=INDEX_FORMAT) as tmp:
+        tmp.write_text(mark_html(page, INDEX_FORMAT), encoding="utf-8")
+    return path
+
+
+def index_page(out: Path, summaries: list[RunSummary], cfg: DemoConfig) -> str:
+    """The demo's index.html for a demo folder ``out``: the result first (the NMSE gap,
+    one headline per model with InfoFlow's verdict, α at T and the flow AUROC per layer,
+    each model's answer figure from its report), then both models side by side, linking
+    their reports."""
     rows = "\n".join(_row(s, out) for s in summaries)
+    answers = [report_answer(s) for s in summaries]
     gap = separation(summaries)
     seeds = ", ".join(map(str, cfg.seeds))
     gap_text = (
         ""
         if gap is None
         else (
-            f"<p><b>One head fewer is {gap:.1f}× worse</b>: validation NMSE of the "
+            f"<p class='verdict'>One head fewer is {gap:.1f}× worse: validation NMSE of the "
             f"({cfg.D - 1},{cfg.D}) model over the ({cfg.D},{cfg.D}) model's"
             f"{' (best of seeds ' + seeds + ' each)' if len(cfg.seeds) > 1 else ''}.</p>"
         )
     )
+    pairs = list(zip(summaries, answers, strict=True))
+    headlines = "".join(f"<li>{_headline(s, a)}</li>" for s, a in pairs)
+    pictures = "".join(_figure(s, a, out) for s, a in pairs)
     page = f"""<!doctype html><html><head><meta charset="utf-8">
 <title>infoprobe demo</title><style>{STYLE}</style></head><body><main>
 <h1>infoprobe demo: intrinsic dimension D = {cfg.D}, T = {cfg.T}</h1>
+<div class="answer">
+{gap_text}
+<ul>{headlines}</ul>
+</div>
+{pictures}
 <p>Target F(X) = Σ<sub>i=1..D</sub> max<sub>s,t</sub> x(s)ᵀA<sub>i</sub>x(t). InfoFlow
 predicts D distinct pairwise comparisons, so a 2-layer model needs D heads in each layer:
 one head fewer makes the program inefficient. Both models were trained with the same
 settings ({cfg.steps} steps, lr {cfg.lr}, warm-up {cfg.warmup}, batch {cfg.batch_size},
 E = {cfg.d_model}, seeds {seeds}).</p>
-{gap_text}
 <table><tr><th>heads per layer</th><th>InfoFlow verdict</th><th>cost exponent</th>
-<th>validation NMSE</th><th>InfoFlow's sets against flow and decodability (per sample,
-own positions left out)</th><th></th></tr>
+<th>validation NMSE</th><th></th></tr>
 {rows}
 </table>
-<p>Flow AUROC: how well a state's sensitivity to each input ranks the positions InfoFlow
-predicts above the rest (0.5 is chance; the random-init model of the same architecture in
-brackets). Decodability AUROC: the same for a linear probe's per-sample error, each
-sample scored against its own baseline.</p>
+<p>Flow AUROC: how well a state's sensitivity to each input (local sensitivity) ranks the
+positions InfoFlow predicts above the rest, own positions left out (0.5 is chance; the
+random-init model of the same architecture and attention rollout, which reads the trained
+model's own attention, beside it). Each report opens with where the violations come from
+and the decodability numbers.</p>
 <p class="caveat">Observed is not used: flow shows that x(s) moves a token's state and a
 probe that it can be read there, not that the network uses it for its output. Violations
 (observed but not predicted) and omissions (predicted but not observed) are reported
 apart.</p>
 </main></body></html>
 """
-    path = out / "index.html"
-    with atomic_output(path, overwrite=True) as tmp:
-        tmp.write_text(page, encoding="utf-8")
-    return path
+    return page

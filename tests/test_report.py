@@ -138,6 +138,8 @@ def test_report_folder_holds_summary_html_and_every_png(report):
     assert (out / "report.html").is_file() and (out / "summary.json").is_file()
     names = set(summary["figures"])
     assert {
+        "answer_flow",
+        "answer_decodability",
         "flow_grid",
         "flow_cls_across_layers",
         "decodability_grid",
@@ -432,6 +434,7 @@ def test_report_cli_writes_a_report_whose_numbers_match_compare(pipeline_files, 
     assert code == 0 and "report:" in capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["figures"]) == {
+        "answer_decodability",
         "decodability_grid",
         "decodability_cls_across_layers",
         "sample_0",

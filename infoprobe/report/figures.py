@@ -36,6 +36,34 @@ def display_name(name: str) -> str:
     return DISPLAY_NAMES.get(name, name)
 
 
+def file_stem(name: str) -> str:
+    """A figure file's stem from an instrument name ("flow (random-init)" → "flow__random_init")."""
+    return "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
+
+
+def instrument_label(name: str, probe: str | None = None) -> str:
+    """An instrument's name with what it measures: "flow" → "flow (local sensitivity)",
+    "flow (resample)" → "flow (resample ablation)", controls keep "random-init";
+    "decodability" → "decodability (linear probe)" when ``probe`` is given."""
+    if name.startswith("flow"):
+        method = "resample ablation" if "resample" in name else "local sensitivity"
+        control = ", random-init model" if "random-init" in name else ""
+        return f"flow ({method}{control})"
+    if name == "decodability" and probe:
+        return f"decodability ({probe} probe)"
+    return name
+
+
+def score_label(name: str, score_name: str, probe: str | None = None) -> str:
+    """A colour-bar label: the score and how the instrument obtains it."""
+    if name.startswith("flow"):
+        how = "x(s) redrawn" if "resample" in name else "x(s) nudged"
+        return f"{score_name}: share of h(t, l)'s variance when {how}"
+    if name == "decodability":
+        return f"{score_name} of a {probe or 'position'} probe reading x(s) from h(t, l)"
+    return score_name
+
+
 def _token_labels(n_tokens: int) -> list[str]:
     return [*map(str, range(n_tokens - 1)), "CLS"]
 
@@ -113,6 +141,8 @@ def decodability_grid(
     observed: np.ndarray | None = None,
     *,
     score_name: str = "R²",
+    instrument: str = "decodability",
+    probe: str | None = None,
     vmin: float = 0.0,
     vmax: float = 1.0,
 ) -> Figure:
@@ -121,6 +151,8 @@ def decodability_grid(
     score: float [L+1, T+1, T] (layer, token, position); membership: float [L+1, T+1, T]
     fraction of samples in which s ∈ I_pred(t, l); observed: bool [L+1, T+1, T] aggregate
     observed sets, used to mark violations. x = position s, y = token t (CLS last).
+    instrument, probe: name the instrument in the title and colour bar
+    (:func:`instrument_label`, :func:`score_label`).
     """
     layers, tokens, positions = score.shape
     ncols = min(layers, PANELS_PER_ROW)
@@ -150,10 +182,13 @@ def decodability_grid(
         _ticks(ax, positions, "x")
         _ticks(ax, tokens, "y", _token_labels(tokens))
     fig.colorbar(
-        image, ax=axes, shrink=0.8, label=f"{score_name} (decoding x(s) from h(t, l))", extend="min"
+        image, ax=axes, shrink=0.8, label=score_label(instrument, score_name, probe), extend="min"
     )
     _overlay_legend(fig, ncol=3 if ncols * side > 9 else 1)
-    fig.suptitle(f"Decodability of x(s) from token t, per layer ({score_name})")
+    fig.suptitle(
+        f"{instrument_label(instrument, probe)}: {score_name} of x(s) in token t's state, "
+        "per layer, with InfoFlow's sets"
+    )
     return fig
 
 
@@ -164,12 +199,15 @@ def cls_across_layers(
     *,
     token: int | None = None,
     score_name: str = "R²",
+    instrument: str = "decodability",
+    probe: str | None = None,
     vmin: float = 0.0,
     vmax: float = 1.0,
 ) -> Figure:
     """One token's row (default CLS) across layers: layer on y (0 at the bottom), s on x.
 
-    score, membership: [L+1, T+1, T]; observed: bool [L+1, T+1, T] or None.
+    score, membership: [L+1, T+1, T]; observed: bool [L+1, T+1, T] or None; instrument,
+    probe: named in the title and colour bar.
     """
     layers, tokens, positions = score.shape
     token = tokens - 1 if token is None else token
@@ -190,8 +228,8 @@ def cls_across_layers(
     ax.set_xlabel("input position s")
     ax.set_ylabel("layer l")
     name = "CLS" if token == tokens - 1 else f"token {token}"
-    ax.set_title(f"{name}: {score_name} of x(s) across layers")
-    fig.colorbar(image, ax=ax, label=score_name, extend="min")
+    ax.set_title(f"{instrument_label(instrument, probe)}: {name}'s {score_name} of x(s) by layer")
+    fig.colorbar(image, ax=ax, label=score_label(instrument, score_name, probe), extend="min")
     _overlay_legend(fig, ncol=1)
     return fig
 
@@ -223,13 +261,15 @@ def sample_view(
     *,
     sample: int | None = None,
     extra_sets: Mapping[str, np.ndarray] | None = None,
+    instrument: str = "flow",
 ) -> Figure:
     """Predicted vs observed sets of one sample, beside the attention pattern of each head.
 
     predicted: bool [L+1, T+1, T+1] (layer, token, position) of this sample; observed:
     bool [L+1, T+1, T] or None; patterns: per block b, float [h_b, T+1, T+1] (query, key),
     drawn in the row of layer b+1 (the layer that block produces); extra_sets: other
-    predictors' sets of this sample, name → bool [L+1, T+1, T+1], drawn like ``predicted``.
+    predictors' sets of this sample, name → bool [L+1, T+1, T+1], drawn like ``predicted``;
+    instrument: the one that observed ``observed`` (named in the titles).
     Rows: layers 0..L; x = position s, y = token t.
     """
     layers, tokens, _ = predicted.shape
@@ -244,7 +284,7 @@ def sample_view(
     fig = Figure(figsize=(ncols * panel + 0.8, layers * panel + 1.0), layout="constrained")
     axes = fig.subplots(layers, ncols, squeeze=False)
     for layer in range(layers):
-        col = _draw_set_row(axes[layer], layer, set_columns, predicted, observed)
+        col = _draw_set_row(axes[layer], layer, set_columns, predicted, observed, instrument)
         block = layer - 1
         for head in range(max_heads):
             image = _draw_head(axes[layer, col + head], patterns, block, head, tokens)
@@ -258,9 +298,10 @@ def sample_view(
         )
     _set_view_legend(fig, ncols)
     title = "one sample" if sample is None else f"sample {sample}"
+    seen = "" if observed is None else f", observed by {instrument_label(instrument)}"
     fig.suptitle(
-        f"{title}: information sets per layer and attention patterns "
-        "(attention: rows = query token, columns = key)"
+        f"{title}: InfoFlow's predicted sets{seen}, per layer; attention patterns "
+        "(rows = query token, columns = key)"
     )
     return fig
 
@@ -271,6 +312,7 @@ def _draw_set_row(
     set_columns: Mapping[str, np.ndarray],
     predicted: np.ndarray,
     observed: np.ndarray | None,
+    instrument: str = "flow",
 ) -> int:
     """One layer's set panels (each predictor, then observed vs InfoFlow) in the axes
     ``row``; returns the number of columns drawn."""
@@ -286,7 +328,7 @@ def _draw_set_row(
         ax = row[col]
         codes = set_agreement_codes(predicted[layer, :, :positions], observed[layer])
         _set_panel(ax, codes, SET_VIEW_CMAP, 3)
-        ax.set_title("observed vs InfoFlow", fontsize=9)
+        ax.set_title(f"{instrument} vs InfoFlow", fontsize=9)
         col += 1
     labels = _token_labels(tokens)
     for ax in row[:col]:
@@ -336,11 +378,18 @@ SWEEP_METRICS = (
 )
 
 
-def tau_sweep_figure(sweeps: Mapping[str, TauSweep], *, value_name: str = "τ") -> Figure:
+def tau_sweep_figure(
+    sweeps: Mapping[str, TauSweep],
+    *,
+    value_name: str = "τ",
+    instrument: str = "flow",
+    score_name: str = "score",
+) -> Figure:
     """Precision, recall and violation rate against τ, one line per (predictor, layer).
 
     sweeps: predictor name → :class:`~infoprobe.compare.TauSweep` (agreement [k, L+1]).
     Colour = layer, line style = predictor; the dashed vertical line marks the fixed τ.
+    instrument, score_name: what was thresholded (named in the title).
     """
     fig = Figure(figsize=(13.0, 4.0), layout="constrained")
     axes = fig.subplots(1, len(SWEEP_METRICS), sharex=True)
@@ -381,7 +430,11 @@ def tau_sweep_figure(sweeps: Mapping[str, TauSweep], *, value_name: str = "τ") 
         relation = "<" if first.member_when == "below" else "≥"
         ax.set_xlabel(f"{value_name}: observed when the value {relation} τ")
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
-    fig.suptitle("Agreement as the membership threshold τ moves (dashed line: the fixed τ)")
+    predictors = " and ".join(display_name(n) for n in sweeps)
+    fig.suptitle(
+        f"{instrument_label(instrument)} against {predictors}: agreement as the threshold τ "
+        f"on {score_name} moves (dashed line: the fixed τ)"
+    )
     return fig
 
 
@@ -415,4 +468,85 @@ def training_curve(history: Sequence[Mapping[str, float]]) -> Figure:
     ax.grid(alpha=0.3, which="both")
     ax.legend(frameon=False)
     ax.set_title("Training curve")
+    return fig
+
+
+ROC_STYLES = {"infoflow": ("-", PREDICTED_COLOR), "rollout": ("--", "#e07b00")}
+CONTROL_STYLE = (":", "#7a7a7a")
+MAX_CURVE_POINTS = 2000
+
+
+def _thin(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At most MAX_CURVE_POINTS points of a curve, both ends kept."""
+    if fpr.size <= MAX_CURVE_POINTS:
+        return fpr, tpr
+    keep = np.unique(np.linspace(0, fpr.size - 1, MAX_CURVE_POINTS).astype(int))
+    return fpr[keep], tpr[keep]
+
+
+def answer_figure(
+    layers: Sequence[int],
+    curves: Sequence[Mapping[tuple[str, str], tuple[np.ndarray, np.ndarray, float]]],
+    distributions: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    instrument: str,
+    score_name: str,
+    tau: float | None = None,
+    log_scale: bool = True,
+) -> Figure:
+    """Per layer, does the instrument pick out InfoFlow's predicted positions, sample by
+    sample? Top row: ROC curves over every (sample, token, position s ≠ t) cell of the
+    layer; bottom row: the raw per-sample score at InfoFlow's predicted positions against
+    the others (density), with the fixed threshold τ.
+
+    layers: the layers drawn; curves[i]: (predictor, instrument) → (fpr, tpr, AUROC) of
+    layers[i], the instrument of a control labelled as such; distributions[i]: (scores
+    at predicted cells, scores at the other cells), raw (errors or flow g).
+    """
+    ncols = max(1, len(layers))
+    width = min(MAX_FIGURE_WIDTH, 1.0 + 3.9 * ncols)
+    fig = Figure(figsize=(width, 7.4), layout="constrained")
+    axes = fig.subplots(2, ncols, squeeze=False)
+    label = instrument_label(instrument)
+    for col, layer in enumerate(layers):
+        ax = axes[0, col]
+        ax.plot([0, 1], [0, 1], color="#c8c8c8", linewidth=1)
+        for (predictor, inst), (fpr, tpr, area) in curves[col].items():
+            control = inst != instrument
+            style, color = CONTROL_STYLE if control else ROC_STYLES.get(predictor, ("-.", "C3"))
+            who = f"{display_name(predictor)} vs {'random-init ' if control else ''}{instrument}"
+            x, y = _thin(fpr, tpr)
+            ax.plot(x, y, style, color=color, linewidth=2, label=f"{who}: AUROC {area:.3f}")
+        ax.set_title(f"layer {layer}: ROC", fontsize=10)
+        ax.set_xlabel("false-positive rate (other positions)")
+        ax.set_ylabel("true-positive rate (predicted positions)")
+        ax.set_aspect("equal")
+        ax.legend(loc="lower right", fontsize=7.5, frameon=False)
+        ax = axes[1, col]
+        predicted, other = distributions[col]
+        values = np.concatenate([predicted, other])
+        if log_scale:
+            floor = max(float(values[values > 0].min()) if (values > 0).any() else 1e-6, 1e-6)
+            predicted, other = np.maximum(predicted, floor), np.maximum(other, floor)
+            bins = np.geomspace(floor, max(float(values.max()), floor * 10), 41)
+            ax.set_xscale("log")
+        else:
+            bins = np.linspace(float(values.min()), float(values.max()), 41)
+        for part, color, what in ((predicted, PREDICTED_COLOR, "predicted by InfoFlow"),
+                                  (other, OMISSION_COLOR, "other positions")):  # fmt: skip
+            if part.size:
+                share = np.full(part.size, 1.0 / part.size)  # each group sums to 1
+                ax.hist(part, bins=bins, weights=share, histtype="stepfilled", alpha=0.45,
+                        color=color, label=f"{what} ({part.size} cells)")  # fmt: skip
+        if tau is not None:
+            dashes = (0, (4, 3))
+            ax.axvline(tau, color="black", linestyle=dashes, linewidth=1, label=f"τ = {tau:.3g}")
+        ax.set_title(f"layer {layer}: {score_name} per cell", fontsize=10)
+        ax.set_xlabel(score_name + (" (0 drawn at the smallest value)" if log_scale else ""))
+        ax.set_ylabel("share of the group's cells")
+        ax.legend(fontsize=7.5, frameon=False)
+    fig.suptitle(
+        f"{label}: does it single out InfoFlow's predicted positions? Per sample, own "
+        "positions left out"
+    )
     return fig

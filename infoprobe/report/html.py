@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any, Literal
 
-from infoprobe.report.figures import display_name
+from infoprobe.report.figures import display_name, file_stem
 
 CellKind = Literal["count", "rate", "auroc", "nmse", "text"]
 
@@ -44,6 +44,11 @@ dl.defs dt { font-weight: 600; margin-top: 6px; }
 dl.defs dd { margin-left: 18px; }
 pre { background: #f3f5f8; padding: 10px; overflow-x: auto; font-size: .82em; }
 .muted { color: #6b7585; }
+.answer { background: #eef4ff; border-left: 6px solid #1f4e9c; padding: 12px 18px;
+  margin: 14px 0 20px; }
+.answer .verdict { font-size: 1.25em; font-weight: 600; margin: 0 0 8px; }
+.answer ul { margin: 6px 0; padding-left: 20px; }
+.answer li { margin: 4px 0; font-size: 1.05em; }
 """
 
 RENDER_CHECK = """
@@ -317,6 +322,97 @@ def _notes_table(summary: Mapping[str, Any]) -> str:
     return f"<table><tbody>{''.join(rows)}</tbody></table>" if rows else ""
 
 
+ROLLOUT_MEANING = (
+    "Attention rollout reads this trained model's own attention patterns; InfoFlow predicts "
+    "from the task and the architecture alone, before any training. Rollout explaining the "
+    "observed flow better is therefore expected and is not, by itself, evidence against "
+    "InfoFlow. What would count against InfoFlow: doing no better than on the random-init "
+    "model, or violations its program cannot produce (above)."
+)
+
+
+def answer_table(summary: Mapping[str, Any], instrument: str) -> str:
+    """Per answer layer: AUROC of InfoFlow, of InfoFlow on the control, of rollout, and
+    the violation rates, each cell keyed into ``answer/instruments/<instrument>``."""
+    entry = summary["answer"]["instruments"][instrument]
+    prefix = f"answer/instruments/{instrument}"
+    columns: list[tuple[str, str, CellKind]] = [("AUROC · InfoFlow", "auroc/infoflow", "auroc")]
+    if entry.get("control_auroc") is not None:
+        columns.append(("AUROC · InfoFlow on random-init", "control_auroc", "auroc"))
+    if "rollout" in entry["auroc"]:
+        columns.append(("AUROC · attention rollout", "auroc/rollout", "auroc"))
+    columns.append(("violation rate · InfoFlow", "violation_rate/infoflow", "rate"))
+    if "rollout" in entry["violation_rate"]:
+        columns.append(("violation rate · attention rollout", "violation_rate/rollout", "rate"))
+    rows = []
+    for layer in summary["answer"]["layers"]:
+        cells = [f'<td class="num">{layer}</td>']
+        cells += [cell(summary, f"{prefix}/{path}/{layer}", kind) for _, path, kind in columns]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return _table(["layer", *(c[0] for c in columns)], rows)
+
+
+def _items(lines: Sequence[str]) -> str:
+    return "<ul>" + "".join(f"<li>{escape(v)}</li>" for v in lines) + "</ul>"
+
+
+def answer_section(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> list[str]:
+    """The page's opening: verdict and exponent, one sentence per layer, the answer
+    figure(s), where violations come from, rollout and what it means, thresholds."""
+    found = summary.get("answer") or {}
+    primary = found.get("primary")
+    if primary is None:
+        return []
+    entry = found["instruments"][primary]
+    verdict = found.get("verdict")
+    parts = [
+        "<div class='answer'>",
+        f"<p class='verdict'>InfoFlow's sets against {escape(entry['label'])}</p>",
+        "" if not verdict else f"<p>InfoFlow's verdict for this architecture: "
+        f"<strong>{escape(verdict)}</strong>.</p>",
+        _items(found["lines"]),
+        "</div>",
+    ]  # fmt: skip
+    parts.append(_answer_figure(summary, figures, primary))
+    parts.append(answer_table(summary, primary))
+    if found.get("violation_lines"):
+        parts += [
+            "<h3>Where the violations come from</h3>",
+            f"<p>Violations: cells {escape(entry['label'])} observes where InfoFlow predicts "
+            "nothing (own positions left out), by token; “new in block b”: not yet a "
+            "violation one layer below; the head named is the one of that block that moves "
+            "the most attention from the token onto keys already carrying x(s).</p>",
+            _items(found["violation_lines"]),
+        ]
+    if found.get("rollout_lines"):
+        parts += [
+            "<h3>InfoFlow against attention rollout</h3>",
+            _items(found["rollout_lines"]),
+            f"<p>{escape(ROLLOUT_MEANING)}</p>",
+        ]
+    for name, other in found["instruments"].items():
+        if other.get("threshold_lines"):
+            parts += [
+                f"<h3>{escape(other['label'])}: the fixed threshold and the AUROC</h3>",
+                "<p>The shares in the verdicts count cells that clear the threshold fixed "
+                "before the comparison; the AUROC only compares the scores of predicted and "
+                "other positions, with no threshold.</p>",
+                _items(other["threshold_lines"]),
+            ]
+        if name != primary:
+            parts.append(_answer_figure(summary, figures, name))
+    return parts
+
+
+def _answer_figure(summary: Mapping[str, Any], figures: Mapping[str, bytes], name: str) -> str:
+    """The answer figure of one instrument (``answer_<name>``), or "" without one."""
+    key = f"answer_{file_stem(name)}"
+    meta = summary.get("figures", {}).get(key)
+    if meta is None or key not in figures:
+        return ""
+    return figure_html(figures[key], meta.get("title", key), meta["caption"])
+
+
 def render_html(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
     """The whole page. summary: the summary.json dict; figures: name → PNG bytes, each
     with ``summary["figures"][name]["caption"]`` (figures without one are skipped)."""
@@ -325,8 +421,10 @@ def render_html(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> str
         f"<h1>{title}</h1>",
         f'<p class="muted">infoprobe {escape(str(summary.get("infoprobe_version", "")))}'
         f" · {escape(str(summary.get('created', '')))}</p>",
-        _notes_table(summary),
+        *answer_section(summary, figures),
         f'<div class="caveat"><strong>Caveat.</strong> {escape(summary["caveat"])}</div>',
+        "<h2>Run</h2>",
+        _notes_table(summary),
     ]
     if summary.get("headline"):
         items = "".join(f"<li>{escape(v)}</li>" for v in summary["headline"])
@@ -370,7 +468,7 @@ def render_html(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> str
             parts += [f"<h3>{escape(instrument)}</h3>", predictor_table(summary, instrument)]
     parts.append("<h2>Figures</h2>")
     for name, meta in summary.get("figures", {}).items():
-        if name in figures:
+        if name in figures and not name.startswith("answer_"):
             parts.append(figure_html(figures[name], meta.get("title", name), meta["caption"]))
     parts.append("<h2>Numbers</h2>")
     for instrument, by_predictor in summary["comparisons"].items():
