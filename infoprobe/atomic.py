@@ -30,6 +30,7 @@ import fcntl
 import functools
 import hashlib
 import inspect
+import io
 import json
 import os
 import re
@@ -49,6 +50,7 @@ __all__ = [
     "OutputPathError",
     "atomic_output",
     "check_writable",
+    "figure_bytes",
     "locked_output",
     "mark_html",
     "mark_png",
@@ -284,6 +286,36 @@ def mark_html(page: str, kind: str) -> str:
     return page[:at] + tag + page[at:]
 
 
+FIGURE_METADATA = {"pdf": "Subject", "svg": "Description"}
+"""Figure formats other than PNG that carry the marker, and the metadata field holding
+``infoprobe-format=KIND``; a figure of any other format carries none, so an existing one
+is never replaced."""
+_TEXT_MARKER = re.compile(rb"infoprobe-format=([\w.-]+)")
+
+
+def figure_bytes(fig: Any, fmt: str, kind: str, dpi: int = 110) -> bytes:
+    """A matplotlib figure saved in format ``fmt`` (``png``, ``pdf``, ...) carrying the
+    format marker ``kind``: a PNG's text chunk (:func:`mark_png`), a PDF's ``Subject`` or
+    an SVG's ``Description`` ``infoprobe-format=KIND``."""
+    field_name = FIGURE_METADATA.get(fmt)
+    metadata = {field_name: f"{MARKER}={kind}"} if field_name else None
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
+    data = buffer.getvalue()
+    return mark_png(data, kind) if fmt == "png" else data
+
+
+def _text_format(path: Path) -> str | None:
+    """The ``infoprobe-format=KIND`` marker within the first or last 64 KiB of a file."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(1 << 16)
+        f.seek(max(0, size - (1 << 16)))
+        tail = f.read()
+    found = _TEXT_MARKER.search(head) or _TEXT_MARKER.search(tail)
+    return found.group(1).decode() if found else None
+
+
 def _html_format(head: bytes) -> str | None:
     found = _HTML_MARKER.search(head)
     return found.group(1).decode() if found else None
@@ -308,10 +340,10 @@ def output_format(path: Path) -> str | None:
         return None
     if head.startswith(PNG_SIGNATURE):
         return _png_format(path)
-    if head.lstrip()[:1] == b"<":
-        return _html_format(head)
+    if head.lstrip()[:1] == b"<":  # HTML, or SVG
+        return _html_format(head) or _text_format(path)
     if not is_hdf5_file(path):
-        return _json_format(path)
+        return _json_format(path) or _text_format(path)
     import h5py
 
     try:

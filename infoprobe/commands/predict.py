@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from infoprobe.atomic import check_writable, refuse_existing
+from infoprobe.atomic import atomic_output, check_writable, figure_bytes, refuse_existing
 from infoprobe.commands.argtypes import non_negative_int, positive_int
 from infoprobe.commands.modelargs import add_model_arguments, model_config_from_args, parse_heads
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
@@ -151,6 +151,11 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)  # fmt: skip
 
 
+GRID_FIGURE_FORMAT = "infoprobe.predict-grid-figure"
+"""Format marker of a ``--plot`` figure (infoprobe.atomic.figure_bytes): ``--overwrite``
+replaces only a figure carrying it."""
+
+
 def run(args: argparse.Namespace) -> int:
     if args.cache is not None:
         if args.out is None:
@@ -170,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         refuse_existing(out, args.overwrite, "predicted-sets file", kind=SETS_FORMAT)
         check_writable(out, "predicted-sets file")
+    if args.plot is not None:
+        refuse_existing(Path(args.plot), args.overwrite, "grid figure", kind=GRID_FIGURE_FORMAT)
+        check_writable(Path(args.plot), "grid figure")
     task = task_from_args(args)
     config = model_config_from_args(args, task)
     orientation = _orientation(args.orientation or "declared")
@@ -206,6 +214,12 @@ def _run_grid(args: argparse.Namespace, task: Task, prediction: Prediction) -> i
           f"positional encoding: {'yes' if arch.positions else 'no'}")  # fmt: skip
     print(format_grid(cells))
     if args.plot:
-        grid_figure(cells, title=f"{task.name}: InfoFlow exponent").savefig(args.plot, dpi=120)
+        fig = grid_figure(cells, title=f"{task.name}: InfoFlow exponent")
+        fmt = Path(args.plot).suffix[1:].lower()
+        data = figure_bytes(fig, fmt, GRID_FIGURE_FORMAT, dpi=120)
+        with atomic_output(
+            args.plot, overwrite=args.overwrite, what="grid figure", kind=GRID_FIGURE_FORMAT
+        ) as tmp:
+            tmp.write_bytes(data)
         print(f"wrote {args.plot}")
     return 0

@@ -123,6 +123,9 @@ class LocalBackend:
     name: str = "local"
     ensemble: int = 1
 
+    def check(self) -> None:
+        """Nothing to check: a process pool always starts (see :meth:`RayBackend.check`)."""
+
     def execute(
         self, specs: Sequence[RunSpec], *, on_start: OnStart, on_done: OnDone, on_error: OnError
     ) -> None:
@@ -192,6 +195,11 @@ class RayBackend:
     init_kwargs: dict[str, Any] = field(default_factory=dict)
     name: str = "ray"
     ensemble: int = 1
+
+    def check(self) -> None:
+        """Raise :class:`BackendError` now, before a sweep writes anything, if Ray is not
+        installed."""
+        self._ray()
 
     def _ray(self) -> Any:
         try:

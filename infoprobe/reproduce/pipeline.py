@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from infoprobe.atomic import atomic_output
+from infoprobe.atomic import atomic_output, mark_png, refuse_existing
 from infoprobe.report.build import render_png
 from infoprobe.reproduce.backends import (
     BackendError,
@@ -35,8 +35,14 @@ from infoprobe.reproduce.grid import (
     describe_runs,
     group_runs,
 )
-from infoprobe.reproduce.report import page_html, section_html
-from infoprobe.reproduce.results import format_summary, gather, write_results
+from infoprobe.reproduce.report import FIGURE_FORMAT, REPORT_FORMAT, page_html, section_html
+from infoprobe.reproduce.results import (
+    RESULTS,
+    RESULTS_FORMAT,
+    format_summary,
+    gather,
+    write_results,
+)
 from infoprobe.reproduce.runs import RunStore, SweepSummary, run_sweep
 from infoprobe.reproduce.timing import SweepEstimate, estimate_sweep
 
@@ -71,14 +77,31 @@ def write_outputs(
     for name, (fig, caption) in claim_figures(claim, results).items():
         png = render_png(fig, dpi)
         pngs[name] = (png, caption)
-        with atomic_output(out / f"{name}.png", overwrite=True) as tmp:
-            tmp.write_bytes(png)
+        with atomic_output(
+            out / f"{name}.png", overwrite=True, what="sweep figure", kind=FIGURE_FORMAT
+        ) as tmp:
+            tmp.write_bytes(mark_png(png, FIGURE_FORMAT))
         paths[name] = out / f"{name}.png"
     section = section_html(results, pngs, probes_shown=claim.probes_shown)
     title = f"infoprobe reproduce {claim.name} ({results['profile']} profile)"
-    with atomic_output(out / REPORT, overwrite=True) as tmp:
+    with atomic_output(
+        out / REPORT, overwrite=True, what="sweep report", kind=REPORT_FORMAT
+    ) as tmp:
         tmp.write_text(page_html(title, [section]), encoding="utf-8")
     return out / REPORT, paths
+
+
+def check_outputs(claim: Claim, out: Path, figures: bool) -> None:
+    """Refuse, before any run, a results.json, report.html or figure PNG in ``out`` that is
+    not a sweep's own (its format marker): a sweep replaces only its own outputs."""
+    kinds = {RESULTS: (RESULTS_FORMAT, "sweep results")}
+    if figures:
+        kinds[REPORT] = (REPORT_FORMAT, "sweep report")
+        kinds.update(
+            {f"{spec.name}.png": (FIGURE_FORMAT, "sweep figure") for spec in claim.figures}
+        )
+    for name, (kind, what) in kinds.items():
+        refuse_existing(out / name, True, what, kind=kind)
 
 
 def check_device(device: str) -> None:
@@ -174,7 +197,9 @@ def reproduce(
         if isinstance(backend, str)
         else backend
     )
+    runner.check()  # e.g. Ray not installed: refused before anything is written
     out_dir = Path(out) if out is not None else default_out(claim_obj.name, prof.name)
+    check_outputs(claim_obj, out_dir, figures)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs: list[RunSpec] = claim_obj.runs(prof, seeds, device, compile)
     store = RunStore(out_dir)

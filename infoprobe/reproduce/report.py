@@ -11,11 +11,16 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from infoprobe.atomic import mark_html
 from infoprobe.compare import CAVEAT
 from infoprobe.report.html import RENDER_CHECK, STYLE, figure_html
 from infoprobe.reproduce.results import table_rows
 
 CHECK_STATES = {True: "PASS", False: "FAIL", None: "n/a"}
+REPORT_FORMAT = "infoprobe.reproduce.report"
+"""Format marker of a sweep's report.html (its ``infoprobe-format`` meta tag)."""
+FIGURE_FORMAT = "infoprobe.reproduce.figure"
+"""Format marker of a sweep's figure PNGs (their ``infoprobe-format`` text chunk)."""
 
 
 def _table(rows: Sequence[Mapping[str, str]]) -> str:
@@ -70,10 +75,12 @@ def section_html(
 
 
 def page_html(title: str, sections: Sequence[str]) -> str:
-    """A standalone page (no external resources) around report sections."""
+    """A standalone page (no external resources) around report sections, marked as a
+    sweep's report (:data:`REPORT_FORMAT`)."""
     body = "\n".join(sections)
-    return (
+    return mark_html(
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{escape(title)}</title><style>{STYLE}</style><script>{RENDER_CHECK}</script>"
-        f"</head><body><main>\n<h1>{escape(title)}</h1>\n{body}\n</main></body></html>\n"
+        f"</head><body><main>\n<h1>{escape(title)}</h1>\n{body}\n</main></body></html>\n",
+        REPORT_FORMAT,
     )

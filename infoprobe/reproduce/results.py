@@ -116,9 +116,10 @@ def gather(
 
 
 def write_results(results: Mapping[str, Any], out_dir: str | Path) -> Path:
-    """Write ``out_dir/results.json`` (temp name + rename)."""
+    """Write ``out_dir/results.json`` (temp name + rename), replacing only a results.json
+    of a sweep (its ``format``)."""
     path = Path(out_dir) / RESULTS
-    with atomic_output(path, overwrite=True) as tmp:
+    with atomic_output(path, overwrite=True, what="sweep results", kind=RESULTS_FORMAT) as tmp:
         tmp.write_text(json.dumps(results, indent=1, allow_nan=True))
     return path
 
