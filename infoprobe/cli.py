@@ -18,9 +18,12 @@ import argparse
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 import textwrap
+import threading
 from types import ModuleType
+from typing import Any
 
 import infoprobe.commands as commands_package
 from infoprobe import __version__
@@ -46,11 +49,14 @@ LIBRARY_PACKAGES = ("torch", "numpy", "h5py", "safetensors")
 """Libraries whose ValueErrors report a value they were given, not a fault of their own."""
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+TERMINATED = 143
+"""Exit status after SIGTERM (128 + SIGTERM)."""
 EXIT_STATUS = {
     0: "success",
     1: "{failure}",
     2: "bad input: one line `{prog}: error: ...` on stderr, and no file written or changed",
     INTERRUPTED: "interrupted (Ctrl-C)",
+    TERMINATED: "terminated (SIGTERM); like Ctrl-C, temporary files are removed",
 }
 """Exit status -> its meaning, for every command (``{failure}``: the module's
 ``EXIT_FAILURE``, or :data:`NO_FAILURE`)."""
@@ -191,8 +197,12 @@ def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     keep_freed_memory()  # a command allocates the same batches over and over
+    previous = _on_sigterm(_terminate)
     try:
         return int(args.func(args) or 0)
+    except Terminated:
+        print(f"infoprobe {args.command}: terminated", file=sys.stderr)
+        return TERMINATED
     except KeyboardInterrupt:
         print(f"infoprobe {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
@@ -203,6 +213,25 @@ def _run(argv: list[str] | None) -> int:
             raise
         print(f"infoprobe {args.command}: error: {describe(err)}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: the command unwinds as on Ctrl-C, so every writer removes its
+    temporary output (and keeps what it had committed) before the exit."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install ``handler`` for SIGTERM (main thread only); return the previous one."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _quiet_stdout() -> None:
