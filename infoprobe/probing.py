@@ -180,6 +180,16 @@ def _open_layers(path: str | os.PathLike[str]) -> tuple[CacheFile, list[str]]:
             f"{len(sites) - 1}-block model), not present; the cache holds {cache.hook_names}. "
             "Re-run `infoprobe cache` with --sites residual (or layers)"
         )
+    expected = (cache.n, cache.x.shape[1] + 1, cache.acts(sites[0]).shape[-1])
+    for site in sites:  # every layer the same [sample, token, d_model], named when not
+        shape = tuple(cache.acts(site).shape)
+        if shape != expected:
+            cache.close()
+            raise ProbeInputError(
+                f"{path}: dataset /acts/{site} has shape {list(shape)}, expected "
+                f"{list(expected)} [sample, token, d_model] (N samples, T+1 tokens, the "
+                f"width of /acts/{sites[0]}); the cache is damaged: re-run `infoprobe cache`"
+            )
     return cache, sites
 
 
