@@ -37,6 +37,10 @@ WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
 REQUIRED_FIELDS = ("format", "model_config", "weights_sha256")
 HEX = frozenset("0123456789abcdef")
+MAX_WEIGHT = 1e6
+"""Largest magnitude a stored weight may have. A trained model of this project's sizes has
+weights of order 1; one of 1e6 already pushes a few layers' activations past float32's
+range (~3e38 after six products), so a larger value is a damaged or foreign file."""
 NO_TASK_HINT = (
     "this checkpoint does not say which task it was trained on; pass --task NAME and its "
     "parameters (Python: task=make_task(...))"
@@ -106,10 +110,14 @@ def save_checkpoint(
     never leaves a half checkpoint. Refuses an existing ``path`` unless ``overwrite``.
     """
     path = Path(path)
+    check_task_fits(task, model.cfg, path)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    with torch.random.fork_rng(devices=[]):  # a fresh model's tensors, the RNG untouched
+        expected = InfoFlowTransformer(model.cfg).state_dict()
+    check_tensors(state, expected, f"model to save as {path}")
     with atomic_output(
         path, overwrite=overwrite, directory=True, what="checkpoint", kind=FORMAT
     ) as tmp:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS))
         meta = {
             **make_header(FORMAT, SCHEMA_VERSION),
@@ -185,6 +193,14 @@ def _check_meta_types(meta: dict, meta_path: Path) -> None:
         raise bad("history", "a list of evaluation records")
     if not all(isinstance(h, dict) for h in history):
         raise bad("history", "a list of objects (one per evaluation)")
+    for i, record in enumerate(history):
+        for key, value in record.items():
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number or value is None):
+                raise CheckpointError(
+                    f"{meta_path}: field 'history' entry {i} key {key!r} is {value!r} "
+                    f"({type(value).__name__}), expected a number"
+                )
 
 
 def load_checkpoint(
@@ -273,7 +289,37 @@ def _read_weights(weights: Path, model: InfoFlowTransformer, meta_path: Path) ->
                 f"{weights}: tensor {name!r} has shape {list(state[name].shape)}, but "
                 f"field 'model_config' of {meta_path} gives {list(tensor.shape)}"
             )
+    check_tensors(state, expected, str(weights))
     return state
+
+
+def check_tensors(
+    state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], where: str
+) -> None:
+    """Refuse tensors of another dtype than the model's, or holding NaN, inf or a
+    magnitude above :data:`MAX_WEIGHT`, naming the tensor (``where``: the file or model)."""
+    for name, want in expected.items():
+        tensor = state[name]
+        if tensor.dtype != want.dtype:
+            raise CheckpointError(
+                f"{where}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}"
+                f", expected {str(want.dtype).removeprefix('torch.')} (no silent cast)"
+            )
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            index = tuple(int(i) for i in torch.nonzero(~finite)[0])
+            raise CheckpointError(
+                f"{where}: tensor {name!r} holds {tensor[index].item()} at index {index}, "
+                "expected finite weights (a diverged or damaged model)"
+            )
+        largest = float(tensor.abs().max())
+        if largest > MAX_WEIGHT:
+            raise CheckpointError(
+                f"{where}: tensor {name!r} has a weight of magnitude {largest:.3g}, expected "
+                f"at most {MAX_WEIGHT:.0e} (a damaged or foreign model)"
+            )
 
 
 def with_task(source: str | Path, dest: str | Path, task: Task) -> Path:

@@ -38,7 +38,7 @@ from infoprobe.agreement import MemberWhen, SetAgreement, TauSweep, tau_sweep
 from infoprobe.atomic import atomic_output
 from infoprobe.auroc import auroc
 from infoprobe.errors import CompareInputError
-from infoprobe.header import make_header
+from infoprobe.header import check_header, make_header
 from infoprobe.jsonable import jsonable
 from infoprobe.provenance import ProvenanceError
 
@@ -661,3 +661,34 @@ def write_comparisons(
     with atomic_output(path, overwrite=overwrite, what="comparison file", kind=FORMAT) as tmp:
         tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     return Path(path)
+
+
+def read_comparisons(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a file written by :func:`write_comparisons` as a dict, validating the fields
+    infoprobe reads back: the header, ``comparisons`` (an object of instruments),
+    ``headline`` (a list of lines) and ``provenance`` (an object).
+
+    Raises CompareInputError naming the file and the field.
+    """
+    path = Path(path)
+    fix = "re-run `infoprobe compare` (or `infoprobe run --overwrite`)"
+    try:
+        document = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CompareInputError(f"{path}: not valid JSON (truncated?): {err}; {fix}") from None
+    if not isinstance(document, dict):
+        raise CompareInputError(
+            f"{path}: expected a JSON object, got a JSON {type(document).__name__}; {fix}"
+        )
+    check_header(document, path, fmt=FORMAT, readable=range(3, SCHEMA_VERSION + 1),
+                 error=CompareInputError)  # fmt: skip
+    for name, kind in (("comparisons", dict), ("headline", list), ("provenance", dict)):
+        value = document.get(name)
+        if not isinstance(value, kind) or (
+            kind is list and not all(isinstance(line, str) for line in value)
+        ):
+            expected = "a list of text lines" if kind is list else "a JSON object"
+            raise CompareInputError(
+                f"{path}: field {name!r} is {str(value)[:60]!r}, expected {expected}; {fix}"
+            )
+    return document

@@ -16,6 +16,7 @@ small copy of their own that writes the same fields.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterable, Mapping, MutableMapping
@@ -136,3 +137,33 @@ def label_axes(dataset: Any, axes: Iterable[str]) -> None:
     dataset.attrs["axes"] = names
     for i, name in enumerate(names):
         dataset.dims[i].label = name
+
+
+def json_field(
+    raw: Any,
+    where: str | os.PathLike,
+    name: str,
+    *,
+    error: type[Exception],
+    expected: type | tuple[type, ...] = dict,
+    what: str = "root attribute",
+) -> Any:
+    """Parse the JSON text ``raw`` of field ``name`` of file ``where`` and check its type.
+
+    Returns the parsed value; raises ``error`` naming the file, the field, what was
+    expected and what was found (not JSON, or JSON of another type).
+    """
+    text = _plain(raw)
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    words = {dict: "a JSON object", list: "a JSON list"}
+    names = " or ".join(words.get(k, k.__name__) for k in kinds)
+    if not isinstance(text, str):
+        raise error(f"{where}: {what} {name!r} is {type(text).__name__}, expected JSON text")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise error(f"{where}: {what} {name!r} is {shown!r}, expected {names} (not JSON)") from None
+    if not isinstance(value, kinds):
+        raise error(f"{where}: {what} {name!r} is a JSON {type(value).__name__}, expected {names}")
+    return value

@@ -24,6 +24,7 @@ import numpy as np
 
 from infoprobe.atomic import locked_output, refuse_existing, remove_stale_temps
 from infoprobe.hooks import CacheFile, layer_sites, open_cache
+from infoprobe.infoflow.store import inputs_hash
 from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.controls import (
     check_control_compatible,
@@ -313,6 +314,7 @@ def probe_cache(
             provenance=cache.provenance,
             control_provenance=control.provenance if control is not None else None,
             test_index=np.flatnonzero(split == TEST),
+            inputs_sha256=inputs_hash(x),
         )
         run = _ProbeRun(
             results,

@@ -16,8 +16,25 @@ PROVENANCE_OPTIONAL = ("T", "n_layers", "cache", "checkpoint_sha256", "inputs_sh
 """Provenance fields compared when both inputs carry them."""
 
 
+PROVENANCE_NONE_BY_DEFAULT = ("random_init_seed",)
+"""Provenance fields whose absence means None (trained weights): always compared."""
+
+
 class ProvenanceError(ValueError):
     """Predicted and observed sets do not come from the same data, model or task."""
+
+
+def refuse_control(prov: Mapping[str, Any], source: str) -> None:
+    """Refuse a file computed from a random-init control where the trained model's is
+    expected (its provenance's ``random_init_seed`` is set)."""
+    seed = prov.get("random_init_seed")
+    if seed is not None:
+        raise ProvenanceError(
+            f"{source}: provenance field 'random_init_seed' is {seed!r}, expected None (the "
+            "trained model's file): it was computed from a random-init control, which enters "
+            "only where a control is asked for (`infoprobe probe --control`, `infoprobe "
+            "influence --random-init`)"
+        )
 
 
 def _canonical(key: str, value: Any) -> str:
@@ -46,7 +63,8 @@ def check_provenance(
     Both dicts must hold :data:`PROVENANCE_REQUIRED` (``task`` dict, ``data_seed``, ``n``
     samples); the fields of :data:`PROVENANCE_OPTIONAL` (``T``, ``n_layers``, ``cache``
     path, ``checkpoint_sha256``, ``inputs_sha256`` of the input samples) are compared when
-    both have them; a ``task`` given by name alone is compared with the other's name.
+    both have them; ``random_init_seed`` (absent: None, trained weights) is always compared;
+    a ``task`` given by name alone is compared with the other's name.
     pred_source / probe_source name the files in the messages.
     Raises ProvenanceError naming every missing or mismatched field with both values.
     """
@@ -62,10 +80,12 @@ def check_provenance(
             + "; ".join(missing)
             + f" (required: {', '.join(PROVENANCE_REQUIRED)})"
         )
+    defaults = dict.fromkeys(PROVENANCE_NONE_BY_DEFAULT)
+    pred_prov, probe_prov = {**defaults, **pred_prov}, {**defaults, **probe_prov}
     mismatched = [
         f"field {key!r}: {pred_source} has {pred_prov[key]!r}, {probe_source} has "
         f"{probe_prov[key]!r}"
-        for key in PROVENANCE_REQUIRED + PROVENANCE_OPTIONAL
+        for key in PROVENANCE_REQUIRED + PROVENANCE_OPTIONAL + PROVENANCE_NONE_BY_DEFAULT
         if key in pred_prov
         and key in probe_prov
         and not _same(key, pred_prov[key], probe_prov[key])

@@ -28,7 +28,7 @@ from infoprobe.influence import flow_threshold, read_influence
 from infoprobe.infoflow import Architecture, SetsFile, predict, read_sets
 from infoprobe.infoflow.store import inputs_hash
 from infoprobe.probes.results import ProbeResults
-from infoprobe.provenance import ProvenanceError, check_provenance
+from infoprobe.provenance import ProvenanceError, check_provenance, refuse_control
 from infoprobe.rollout import Rollout, RolloutConfig, predict_rollout
 from infoprobe.tasks import task_from_dict
 
@@ -52,6 +52,7 @@ def predicted_provenance(sets: SetsFile) -> dict[str, Any]:
             "T": int(sets.x.shape[1]),
             "n_layers": int(sets.sets.shape[0]) - 1,
             "checkpoint_sha256": prov.get("checkpoint_sha256"),
+            "random_init_seed": prov.get("random_init_seed"),
             "inputs_sha256": inputs_hash(sets.x),
         }
     )
@@ -72,14 +73,21 @@ def cache_provenance_fields(
             "T": T,
             "n_layers": n_layers,
             "checkpoint_sha256": cache_prov.get("checkpoint_sha256"),
+            "random_init_seed": cache_prov.get("random_init_seed"),
             "inputs_sha256": None if x is None else inputs_hash(x),
         }
     )
 
 
 def probe_provenance(results: ProbeResults, x: np.ndarray | None = None) -> dict[str, Any]:
-    """Provenance fields of probe results (from their cache's provenance and data spec)."""
-    return cache_provenance_fields(results.provenance or {}, results.T, len(results.layers) - 1, x)
+    """Provenance fields of probe results (from their cache's provenance and data spec;
+    ``inputs_sha256`` the recorded hash of the cache's inputs unless ``x`` is given)."""
+    fields = cache_provenance_fields(
+        results.provenance or {}, results.T, len(results.layers) - 1, x
+    )
+    if x is None and results.inputs_sha256 is not None:
+        fields["inputs_sha256"] = results.inputs_sha256
+    return fields
 
 
 def _read_cache(cache_path: Path, rows: np.ndarray, n_blocks: int, want_patterns: bool):
@@ -97,6 +105,23 @@ def _read_cache(cache_path: Path, rows: np.ndarray, n_blocks: int, want_patterns
                 )
             patterns = [np.asarray(cache.acts(n)[rows]) for n in names]  # rows are sorted
     return x, provenance, patterns
+
+
+def _check_probe_rows(results: ProbeResults, path: Path, n: int, pred_path: Path) -> None:
+    """Refuse probe results that do not record what they were computed on, or whose test
+    rows reach beyond the predicted sets' samples."""
+    if results.inputs_sha256 is None:
+        raise ProvenanceError(
+            f"{path}: root attribute 'inputs_sha256' missing (a results file of an older "
+            "infoprobe records no hash of its inputs, so its rows cannot be checked); re-run "
+            "`infoprobe probe`"
+        )
+    rows = np.asarray(results.test_index)
+    if rows.size and int(rows.max()) >= n:
+        raise ProvenanceError(
+            f"{path}: dataset /split/test_index reaches cache row {int(rows.max())}, but "
+            f"{pred_path} holds {n} samples"
+        )
 
 
 @dataclass
@@ -172,12 +197,15 @@ def load_sources(
         raise SourceError("nothing to compare: give probe results and/or influence files")
     sets = read_sets(pred_path)
     pred_prov = predicted_provenance(sets)
+    refuse_control(pred_prov, str(pred_path))
     provenance: dict[str, dict[str, Any]] = {}
     row_sets: dict[str, np.ndarray] = {}
     results = None
     if probes_path is not None:
         probes_path = Path(probes_path)
         results = ProbeResults.read(probes_path)
+        _check_probe_rows(results, probes_path, sets.x.shape[0], pred_path)
+        refuse_control(results.provenance, str(probes_path))
         row_sets["decodability"] = np.asarray(results.test_index, dtype=np.int64)
         check_provenance(
             pred_prov,
@@ -200,7 +228,15 @@ def load_sources(
         )
         if name in row_sets:
             raise SourceError(f"{path}: a second influence file for instrument {name!r}")
+        refuse_control(fields, f"{path} (its cache)")
         check_provenance(pred_prov, fields, pred_source=str(pred_path), probe_source=str(path))
+        if results is not None:  # the whole chain: both instruments from the same cache
+            check_provenance(
+                probe_provenance(results),
+                fields,
+                pred_source=str(probes_path),
+                probe_source=str(path),
+            )
         rows = np.asarray(inf.sample_index, dtype=np.int64)
         if rows.size and rows.max() >= sets.x.shape[0]:
             raise ProvenanceError(
@@ -257,6 +293,13 @@ def load_sources(
     if cache_path is not None:
         n_blocks = sets.sets.shape[0] - 1
         cache_x, cache_prov, patterns = _read_cache(Path(cache_path), rows, n_blocks, want_patterns)
+        refuse_control(cache_prov, str(cache_path))
+        check_provenance(
+            pred_prov,
+            cache_provenance_fields(cache_prov, sets.x.shape[1], n_blocks, cache_x),
+            pred_source=str(pred_path),
+            probe_source=str(cache_path),
+        )
         if inputs_hash(cache_x) != pred_prov["inputs_sha256"]:
             raise ProvenanceError(
                 f"{cache_path}: its inputs differ from those of {pred_path} (inputs_sha256 "

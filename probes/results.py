@@ -25,6 +25,7 @@ how well a probe of a fixed budget recovers x(s), not whether the information "i
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -42,9 +43,14 @@ from infoprobe.atomic import temp_name
 from infoprobe.probes.errors import ResultsFileError
 
 FORMAT = "infoprobe.probe-results"
-SCHEMA_VERSION = 2
-"""2: the common header (``created`` in UTC ``...Z``, root ``axes``) and labelled dimensions;
-schema 1 files differ only there and are still read."""
+SCHEMA_VERSION = 3
+"""3: root attributes ``inputs_sha256`` (the source cache's inputs) and
+``test_index_sha256`` (the rows of ``/split/test_index``), so a comparison can check what
+the scores were computed on. 2: the common header (``created`` in UTC ``...Z``, root
+``axes``) and labelled dimensions. Schema 1 and 2 files are still read (without the two
+hashes; a comparison refuses them)."""
+REQUIRED_ATTRS = ("T", "d", "layers", "sites", "settings", "thresholds", "provenance")
+JSON_ATTRS = {"sites": list, "settings": dict, "thresholds": dict, "provenance": dict}
 SCORE_AXES = {"positions": ("layer", "token", "position"), "roles": ("layer", "token", "role")}
 ScoreKey = tuple[str, str, str, str]  # (targets, probe, control, metric)
 SampleKey = tuple[str, str, str]  # (targets, probe, control)
@@ -99,6 +105,7 @@ class ProbeResults:
         role_names: names of the role targets ``[R]``.
         role_partners: partner index of each role ``[n_test, R, T+1]`` (test samples).
         settings, thresholds, provenance, control_provenance: JSON-able dicts.
+        inputs_sha256: hash of the source cache's inputs (None in older files).
     """
 
     T: int
@@ -115,6 +122,9 @@ class ProbeResults:
     thresholds: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     control_provenance: dict[str, Any] | None = None
+    inputs_sha256: str | None = None
+    """SHA-256 of the source cache's inputs ``/inputs/x`` (all rows, float32 bytes); None
+    in files of schema 1 and 2."""
 
     def score(
         self,
@@ -161,6 +171,9 @@ class ProbeResults:
         f.attrs["thresholds"] = json.dumps(self.thresholds)
         f.attrs["provenance"] = json.dumps(self.provenance, default=str)
         f.attrs["control_provenance"] = json.dumps(self.control_provenance, default=str)
+        if self.inputs_sha256 is not None:
+            f.attrs["inputs_sha256"] = self.inputs_sha256
+        f.attrs["test_index_sha256"] = rows_sha256(self.test_index)
         for (targets, probe, control, metric), arr in self.scores.items():
             ds = f.create_dataset(f"scores/{targets}/{probe}/{control}/{metric}", data=arr)
             _label_axes(ds, list(SCORE_AXES[targets]))
@@ -189,7 +202,8 @@ class ProbeResults:
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> ProbeResults:
-        """Read a results file written by :meth:`write`."""
+        """Read a results file written by :meth:`write`, validating every field it reads
+        (ResultsFileError names the file, the field, what was expected and found)."""
         p = Path(path)
         if not p.exists():
             raise ResultsFileError(f"{p}: no such results file")
@@ -198,46 +212,44 @@ class ProbeResults:
         except OSError as exc:
             raise ResultsFileError(f"{p}: not an HDF5 file ({exc})") from exc
         with f:
-            version = f.attrs.get("schema_version")
+            version = _plain(f.attrs.get("schema_version"))
             if version is None or "scores" not in f:
                 raise ResultsFileError(
                     f"{p}: attribute 'schema_version' and group '/scores' expected "
                     "(an infoprobe results file), not found"
                 )
-            version = version.item() if isinstance(version, np.generic) else version
             if not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
                 newer = isinstance(version, int) and version > SCHEMA_VERSION
                 raise ResultsFileError(
                     f"{p}: attribute 'schema_version' expected an integer 1..{SCHEMA_VERSION}, "
                     f"got {version!r}" + ("; upgrade infoprobe" if newer else "")
                 )
-            if f.attrs.get("format") != FORMAT:
+            if _plain(f.attrs.get("format")) != FORMAT:
                 raise ResultsFileError(
                     f"{p}: attribute 'format' expected {FORMAT!r}, got {f.attrs.get('format')!r}"
                 )
-            res = cls(
-                T=int(f.attrs["T"]),
-                d=int(f.attrs["d"]),
-                layers=[int(v) for v in f.attrs["layers"]],
-                sites=json.loads(f.attrs["sites"]),
-                settings=json.loads(f.attrs["settings"]),
-                thresholds=json.loads(f.attrs["thresholds"]),
-                provenance=json.loads(f.attrs["provenance"]),
-                control_provenance=json.loads(f.attrs["control_provenance"]),
-                test_index=f["split/test_index"][()],
-                role_names=[
-                    s.decode() if isinstance(s, bytes) else s for s in f["roles/names"][()]
-                ],
-                role_partners=f["roles/partners"][()] if "roles/partners" in f else None,
-            )
-            _walk(f["scores"], 4, lambda key, ds: res.scores.__setitem__(key, ds[()]))
-            if "per_sample" in f:
-                _walk(
-                    f["per_sample"], 4, lambda key, ds: res.per_sample.__setitem__(key[:3], ds[()])
-                )
-            if "observed" in f:
-                _walk(f["observed"], 2, lambda key, ds: res.observed.__setitem__(key, ds[()]))
+            res = _read_fields(f, p)
+        res.check_shapes(p)
         return res
+
+    def check_shapes(self, where: str | os.PathLike[str] = "probe results") -> None:
+        """Refuse arrays whose shapes do not fit T, the layers and the test split."""
+        n_layers, T, n_test = len(self.layers), self.T, len(self.test_index)
+        width = {"positions": T, "roles": len(self.role_names)}
+        for (targets, probe, control, metric), arr in self.scores.items():
+            want = (n_layers, T + 1, width.get(targets, -1))
+            _check_shape(where, f"/scores/{targets}/{probe}/{control}/{metric}", arr, want)
+        for (targets, probe, control), arr in self.per_sample.items():
+            want = (n_layers, n_test, T + 1, width.get(targets, -1))
+            _check_shape(where, f"/per_sample/{targets}/{probe}/{control}/error", arr, want)
+        for (targets, kind), arr in self.observed.items():
+            want = (n_layers, T + 1, T + 1)
+            if kind == "per_sample":
+                want = (n_layers, n_test, T + 1, T + 1)
+            _check_shape(where, f"/observed/{targets}/{kind}", arr, want)
+        if self.role_partners is not None:
+            want = (n_test, len(self.role_names), T + 1)
+            _check_shape(where, "/roles/partners", self.role_partners, want)
 
     def to_dataframe(self) -> pd.DataFrame:
         """Tidy table of every aggregate score.
@@ -276,6 +288,104 @@ class ProbeResults:
         if not frames:
             return pd.DataFrame(columns=columns)
         return pd.concat(frames, ignore_index=True)[columns]
+
+
+def rows_sha256(rows: np.ndarray) -> str:
+    """SHA-256 of sample rows as contiguous little-endian int64 bytes."""
+    return hashlib.sha256(np.ascontiguousarray(rows, dtype="<i8").tobytes()).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """An HDF5 attribute value (numpy scalar, bytes) as plain Python."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _json_attr(f: h5py.File, p: Path, name: str, kind: type | None) -> Any:
+    text = _plain(f.attrs[name])
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError:
+        value = None
+    if kind is None and text == "null":
+        return None
+    if not isinstance(value, kind or dict):
+        shown = repr(text) if len(repr(text)) <= 60 else repr(text)[:57] + "..."
+        expected = {dict: "a JSON object", list: "a JSON list"}.get(kind, "a JSON object or null")
+        raise ResultsFileError(f"{p}: attribute {name!r} is {shown}, expected {expected}")
+    return value
+
+
+def _int_list(value: Any) -> list[int] | None:
+    items = np.asarray(value).reshape(-1)
+    if items.dtype.kind not in "iu":
+        return None
+    return [int(v) for v in items]
+
+
+def _read_fields(f: h5py.File, p: Path) -> ProbeResults:
+    """Every field of an open results file, each checked for presence and type."""
+    missing = [a for a in REQUIRED_ATTRS if a not in f.attrs]
+    missing += [f"/{d}" for d in ("split/test_index", "roles/names") if d not in f]
+    if missing:
+        raise ResultsFileError(f"{p}: missing {missing} (damaged file); re-run `infoprobe probe`")
+    sizes = {a: _plain(f.attrs[a]) for a in ("T", "d")}
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ResultsFileError(
+                f"{p}: attribute {name!r} is {value!r}, expected an integer >= 1"
+            )
+    layers = _int_list(f.attrs["layers"])
+    if not layers:
+        raise ResultsFileError(
+            f"{p}: attribute 'layers' is {f.attrs['layers']!r}, expected a list of layer indices"
+        )
+    meta = {name: _json_attr(f, p, name, kind) for name, kind in JSON_ATTRS.items()}
+    control = None
+    if "control_provenance" in f.attrs:
+        control = _json_attr(f, p, "control_provenance", None)
+    test_index = f["split/test_index"][()]
+    if test_index.ndim != 1 or test_index.dtype.kind not in "iu" or (test_index < 0).any():
+        raise ResultsFileError(
+            f"{p}: dataset /split/test_index is {test_index.dtype} {list(test_index.shape)}, "
+            "expected int64 [sample] of cache rows >= 0"
+        )
+    recorded = _plain(f.attrs.get("test_index_sha256"))
+    if recorded is not None and recorded != rows_sha256(test_index):
+        raise ResultsFileError(
+            f"{p}: dataset /split/test_index does not match attribute 'test_index_sha256' (the "
+            "rows the scores were computed on): the file was edited; re-run `infoprobe probe`"
+        )
+    inputs = _plain(f.attrs.get("inputs_sha256"))
+    if inputs is not None and not isinstance(inputs, str):
+        raise ResultsFileError(f"{p}: attribute 'inputs_sha256' is {inputs!r}, expected hex text")
+    names = [s.decode() if isinstance(s, bytes) else str(s) for s in f["roles/names"][()]]
+    res = ProbeResults(
+        T=sizes["T"],
+        d=sizes["d"],
+        layers=layers,
+        test_index=test_index.astype(np.int64),
+        role_names=names,
+        role_partners=f["roles/partners"][()] if "roles/partners" in f else None,
+        control_provenance=control,
+        inputs_sha256=inputs,
+        **meta,
+    )
+    _walk(f["scores"], 4, lambda key, ds: res.scores.__setitem__(key, ds[()]))
+    if "per_sample" in f:
+        _walk(f["per_sample"], 4, lambda key, ds: res.per_sample.__setitem__(key[:3], ds[()]))
+    if "observed" in f:
+        _walk(f["observed"], 2, lambda key, ds: res.observed.__setitem__(key, ds[()]))
+    return res
+
+
+def _check_shape(where: Any, name: str, arr: np.ndarray, want: tuple[int, ...]) -> None:
+    if tuple(arr.shape) != want:
+        raise ResultsFileError(
+            f"{where}: dataset {name} has shape {list(arr.shape)}, expected {list(want)} "
+            "(layers, test samples, T+1 tokens, positions or roles); re-run `infoprobe probe`"
+        )
 
 
 def _walk(group: h5py.Group, depth: int, visit: Any, prefix: tuple[str, ...] = ()) -> None:

@@ -35,7 +35,7 @@ import torch
 from transformer_lens import HookedRootModule
 
 from infoprobe.atomic import OutputExistsError, atomic_output, locked_output
-from infoprobe.header import axes_of, label_axes, make_header, write_attrs
+from infoprobe.header import axes_of, json_field, label_axes, make_header, write_attrs
 from infoprobe.hooks.hdf5 import check_format, is_hdf5_file, json_differences, open_hdf5, plain_attr
 from infoprobe.hooks.schema import chunk_rows
 from infoprobe.influence.errors import (
@@ -129,6 +129,25 @@ def _header(f: h5py.File, path: Path, allow_incomplete: bool) -> dict[str, Any]:
     header = {k: plain_attr(v) for k, v in f.attrs.items()}
     if isinstance(header["axes"], str):  # schema 1 kept the axes as a JSON string
         header["axes"] = json.loads(header["axes"])
+    for name in ("T", "n", "n_layers", "n_committed"):
+        value = header[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InfluenceFileError(
+                f"{path}: root attribute {name!r} is {value!r}, expected an integer >= 0"
+            )
+    if header["n_committed"] > header["n"]:
+        raise InfluenceFileError(
+            f"{path}: root attribute 'n_committed' is {header['n_committed']}, expected at most "
+            f"n={header['n']}"
+        )
+    json_field(header["hook_names"], path, "hook_names", error=InfluenceFileError, expected=list)
+    for name, shape in (
+        (SAMPLE_INDEX, (header["n"],)),
+        (VARIANCE, (header["n_layers"], header["T"] + 1)),
+    ):
+        found = f[name].shape if isinstance(f.get(name), h5py.Dataset) else None
+        if found != shape:
+            raise InfluenceFileError(f"{path}: dataset /{name} has shape {found}, expected {shape}")
     header["complete"] = bool(header["complete"])
     if not header["complete"] and not allow_incomplete:
         raise IncompleteInfluenceError(
@@ -220,10 +239,21 @@ def read_influence(path: str | os.PathLike, *, allow_incomplete: bool = False) -
             state_variance=f[VARIANCE][()],
             sample_index=f[SAMPLE_INDEX][:done],
             aggregate=aggregate,
-            settings=InfluenceSettings.from_dict(json.loads(header["settings"])),
-            provenance=json.loads(header["provenance"]),
+            settings=_settings(header, path),
+            provenance=json_field(
+                header["provenance"], path, "provenance", error=InfluenceFileError
+            ),
             header=header,
         )
+
+
+def _settings(header: Mapping[str, Any], path: Path) -> InfluenceSettings:
+    """The root attribute ``settings`` as :class:`InfluenceSettings`, or InfluenceFileError."""
+    raw = json_field(header["settings"], path, "settings", error=InfluenceFileError)
+    try:
+        return InfluenceSettings.from_dict(raw)
+    except (ValueError, TypeError, KeyError) as err:
+        raise InfluenceFileError(f"{path}: root attribute 'settings' is invalid: {err}") from None
 
 
 # --- writing ----------------------------------------------------------------------------

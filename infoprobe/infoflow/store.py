@@ -21,8 +21,17 @@ import h5py
 import numpy as np
 
 from infoprobe.atomic import atomic_output
-from infoprobe.header import axes_of, check_header, label_axes, make_header, write_attrs
+from infoprobe.header import (
+    axes_of,
+    check_header,
+    json_field,
+    label_axes,
+    make_header,
+    write_attrs,
+)
+from infoprobe.probes.validate import check_finite
 
+from .arch import Architecture, as_architecture
 from .errors import SetsFileError
 from .execute import DEFAULT_CHUNK, execute
 from .predict import Prediction
@@ -74,6 +83,7 @@ def write_sets(
     ``provenance``: how ``x`` was made (e.g. data seed, N), stored as JSON.
     """
     x = prediction.task.check_inputs(x).astype(np.float32)
+    check_finite(x, "inputs x")
     n, T, _ = x.shape
     L = prediction.program.n_layers
     summary = {k: v for k, v in prediction.to_dict().items() if k != "program"}
@@ -101,7 +111,14 @@ def write_sets(
 
 
 def read_sets(path: str | os.PathLike) -> SetsFile:
-    """Read a file written by :func:`write_sets`; SetsFileError names what is wrong."""
+    """Read a file written by :func:`write_sets`; SetsFileError names what is wrong.
+
+    Every field is validated: the JSON attributes are objects, ``task`` a valid task,
+    ``arch`` an architecture of L blocks, ``/inputs/x`` finite float [N, T, d] of the
+    task's T and d, ``/sets`` bool [L+1, N, T+1, T+1].
+    """
+    from infoprobe.tasks import task_from_dict  # hub pillar, imported where needed
+
     path = Path(path)
     if not path.is_file():
         raise SetsFileError(f"{path}: no such predicted-sets file")
@@ -119,15 +136,65 @@ def read_sets(path: str | os.PathLike) -> SetsFile:
             if field not in f.attrs:
                 raise SetsFileError(f"{path}: missing root attribute {field!r}")
         for name in ("sets", "inputs/x"):
-            if name not in f:
+            if not isinstance(f.get(name), h5py.Dataset):
                 raise SetsFileError(f"{path}: missing dataset '/{name}'")
-        sets, x = f["sets"][()], f["inputs/x"][()]
-        meta = {field: json.loads(f.attrs[field]) for field in JSON_ATTRS}
-        program = str(f.attrs["program"])
-    n, T = x.shape[:2]
-    if sets.ndim != 4 or sets.shape[1:] != (n, T + 1, T + 1) or sets.dtype != bool:
+        meta = {
+            field: json_field(f.attrs[field], path, field, error=SetsFileError)
+            for field in JSON_ATTRS
+        }
+        x_ds, sets_ds = f["inputs/x"], f["sets"]
+        if x_ds.ndim != 3 or x_ds.dtype.kind != "f":
+            raise SetsFileError(
+                f"{path}: dataset '/inputs/x' must be float [N, T, d], got {x_ds.dtype} "
+                f"{list(x_ds.shape)}"
+            )
+        n, T = x_ds.shape[:2]
+        if sets_ds.ndim != 4 or sets_ds.shape[1:] != (n, T + 1, T + 1) or sets_ds.dtype != bool:
+            raise SetsFileError(
+                f"{path}: dataset '/sets' must be bool [L+1, {n}, {T + 1}, {T + 1}], "
+                f"got {sets_ds.dtype} {list(sets_ds.shape)}"
+            )
+        sets, x = sets_ds[()], x_ds[()]
+        program = plain_text(f.attrs["program"])
+    if not np.isfinite(x).all():
+        raise SetsFileError(f"{path}: dataset '/inputs/x' holds NaN or inf (damaged file)")
+    try:
+        task = task_from_dict(meta["task"])
+    except (ValueError, TypeError, KeyError) as err:
+        raise SetsFileError(f"{path}: root attribute 'task' is not a valid task: {err}") from None
+    if (task.T, task.d) != (T, x.shape[2]):
         raise SetsFileError(
-            f"{path}: dataset '/sets' must be bool [L+1, {n}, {T + 1}, {T + 1}], "
-            f"got {sets.dtype} {list(sets.shape)}"
+            f"{path}: dataset '/inputs/x' is [N, {T}, {x.shape[2]}] but root attribute 'task' "
+            f"has T={task.T}, d={task.d}"
         )
+    _check_arch(meta["arch"], sets.shape[0] - 1, path)
     return SetsFile(sets=sets, x=x, program=program, **meta)
+
+
+def plain_text(value: Any) -> str:
+    """An HDF5 string attribute as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check_arch(arch: dict[str, Any], n_layers: int, path: Path) -> None:
+    """Refuse a root attribute ``arch`` that is not an architecture of ``n_layers`` blocks."""
+    try:
+        Architecture(
+            heads=tuple(arch["heads"]),
+            d_model=arch["d_model"],
+            d_heads=tuple(arch["d_heads"]),
+            positions=arch["positions"],
+        )
+        as_architecture(arch["heads"], d_model=arch["d_model"], d_head=1, n_layers=n_layers)
+        ints = [*arch["d_heads"], arch["d_model"], *arch["heads"]]
+        if len(arch["d_heads"]) != n_layers or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in ints
+        ):
+            raise ValueError(f"heads and d_heads must list {n_layers} integers >= 1")
+        if not isinstance(arch["positions"], bool):
+            raise ValueError(f"field 'positions' must be true or false, got {arch['positions']!r}")
+    except (KeyError, TypeError, ValueError) as err:
+        raise SetsFileError(
+            f"{path}: root attribute 'arch' is not an architecture of {n_layers} block(s) "
+            f"(the layers of '/sets'): {err}"
+        ) from None
