@@ -35,8 +35,9 @@ import numpy as np
 
 from infoprobe.atomic import atomic_output
 from infoprobe.caching import cache_checkpoint
+from infoprobe.chain import output_identity
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
-from infoprobe.compare import write_comparisons
+from infoprobe.compare import read_comparisons, write_comparisons
 from infoprobe.header import check_header, make_header, with_header
 from infoprobe.hooks import open_cache
 from infoprobe.hooks.hdf5 import json_differences
@@ -46,6 +47,7 @@ from infoprobe.jsonable import json_sha256
 from infoprobe.model import ModelConfig
 from infoprobe.orientation import choose_orientation, recorded_orientation
 from infoprobe.probes.split import TEST, make_split
+from infoprobe.probes.validate import check_finite
 from infoprobe.probing import ProbeSettings, run_probe
 from infoprobe.report.build import from_sources, write_report
 from infoprobe.rollout import RolloutConfig
@@ -56,9 +58,10 @@ from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
 
 MANIFEST = "run.json"
 FORMAT = "infoprobe.run"
-SCHEMA_VERSION = 2
-"""2: the common header of docs/conventions.md; run.json of schema 1 (``format`` only) is
-still read, and rewritten with the new header at the next stage."""
+SCHEMA_VERSION = 3
+"""3: each stage records the ``identity`` of its outputs (infoprobe.chain). 2: the common
+header of docs/conventions.md. run.json of schema 1 and 2 is still read (the identities are
+recorded at the next run), and rewritten with the new header at the next stage."""
 CONTROL_SEED = 12_345
 """Initialisation seed of the random-init control model (fixed, never tuned)."""
 
@@ -140,6 +143,43 @@ class RunSummary:
         ]
 
 
+STAGE_FIELDS = {"key_sha": str, "key": dict, "output": str}
+"""Fields every stage entry of run.json holds, and their JSON types."""
+
+
+def read_manifest(path: Path) -> dict:
+    """Read and validate ``run.json``: its header, ``stages`` an object of stage entries,
+    each with ``key_sha``, ``key``, ``output`` (and ``identity``, an object, when recorded).
+    Raises RunFolderError naming the file and the field."""
+    fix = "restore it from a copy, or choose another --out"
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise RunFolderError(f"{path}: not valid JSON (truncated?): {err}; {fix}") from None
+    if not isinstance(manifest, dict):
+        raise RunFolderError(
+            f"{path}: expected a JSON object, got a JSON {type(manifest).__name__}; {fix}"
+        )
+    check_header(manifest, path, fmt=FORMAT, error=RunFolderError,
+                 readable=range(1, SCHEMA_VERSION + 1), unversioned=1)  # fmt: skip
+    stages = manifest.get("stages")
+    if not isinstance(stages, dict):
+        raise RunFolderError(
+            f"{path}: field 'stages' is {stages!r}, expected an object of stage entries; {fix}"
+        )
+    for name, entry in stages.items():
+        fields = {**STAGE_FIELDS, "identity": dict} if isinstance(entry, dict) else {}
+        wrong = [
+            f for f, kind in fields.items() if f in entry and not isinstance(entry[f], kind)
+        ] + [f for f in STAGE_FIELDS if f not in fields or f not in entry]
+        if not isinstance(entry, dict) or wrong:
+            raise RunFolderError(
+                f"{path}: field 'stages.{name}' is {str(entry)[:80]!r}, expected an object with "
+                f"{', '.join(f'{f!r} ({k.__name__})' for f, k in STAGE_FIELDS.items())}; {fix}"
+            )
+    return manifest
+
+
 def key_sha(key: dict) -> str:
     """Stable hash of a stage key (JSON with sorted keys)."""
     return json_sha256(key)
@@ -190,17 +230,15 @@ class RunFolder:
                     "choose another --out (--overwrite only redoes stages of a run folder)"
                 )
             return {**make_header(FORMAT, SCHEMA_VERSION), "stages": {}}
-        manifest = json.loads(self.manifest_path.read_text())
-        check_header(manifest, self.manifest_path, fmt=FORMAT, error=RunFolderError,
-                     readable=range(1, SCHEMA_VERSION + 1), unversioned=1)  # fmt: skip
-        return manifest
+        return read_manifest(self.manifest_path)
 
     def _write_manifest(self) -> None:
-        with atomic_output(self.manifest_path, overwrite=True) as tmp:
+        with atomic_output(self.manifest_path, overwrite=True, kind=FORMAT) as tmp:
             self.manifest = with_header(self.manifest, FORMAT, SCHEMA_VERSION)
             tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=True, default=str))
 
     def run(self, stages: list[Stage]) -> None:
+        stale = self._check_chain(stages)
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.manifest_path.is_file():  # a run folder from its first moment on
             self._write_manifest()
@@ -209,7 +247,9 @@ class RunFolder:
             target = self.path / stage.output
             sha = key_sha(stage.key)
             recorded = self.manifest["stages"].get(stage.name)
-            if stage.complete(self.path) and recorded and recorded["key_sha"] == sha:
+            if stage.name in stale:  # --overwrite: a replaced or edited output is redone
+                self._remove_outputs(stage)
+            elif stage.complete(self.path) and recorded and recorded["key_sha"] == sha:
                 self.skipped.append(stage.name)
                 self._say(f"{label} up to date: {target}")
                 continue
@@ -228,9 +268,62 @@ class RunFolder:
                 "key": stage.key,
                 "output": stage.output,
                 "seconds": round(seconds, 1),
+                "identity": self._identity(stage),
             }
             self._write_manifest()
             self._say(f"{label} done in {seconds:.0f} s: {target}")
+
+    def _identity(self, stage: Stage) -> dict[str, Any]:
+        """What each output of ``stage`` was made from (infoprobe.chain)."""
+        return {n: output_identity(self.path / n) for n in (stage.output, *stage.also_writes)}
+
+    def _check_chain(self, stages: list[Stage]) -> set[str]:
+        """Check every recorded, up-to-date output against the identity run.json recorded
+        when it was built, before any stage runs; return the stages to redo (--overwrite)
+        or raise naming the first output that was replaced or edited. Outputs recorded by
+        an infoprobe that kept no identity get theirs recorded now."""
+        stale, legacy = set(), False
+        for stage in stages:
+            recorded = self.manifest["stages"].get(stage.name)
+            if not (recorded and recorded["key_sha"] == key_sha(stage.key)):
+                continue
+            if not stage.complete(self.path):
+                continue
+            try:
+                found = self._identity(stage)
+            except (ValueError, OSError) as err:  # a damaged output: the reader's line
+                if self.overwrite:
+                    stale.add(stage.name)
+                    continue
+                raise RunFolderError(
+                    f"{' '.join(str(err).split())}; pass --overwrite to redo stage {stage.name!r}"
+                ) from None
+            legacy = legacy or "identity" not in recorded
+            expected = recorded.setdefault("identity", found)
+            if found == expected:
+                continue
+            if not self.overwrite:
+                lines = json_differences(expected, found, "identity")[:4]
+                why = "; ".join(lines).replace("file has", f"{MANIFEST} records")
+                why = why.replace("this run has", "the file has")
+                changed = next((n for n in found if found[n] != expected.get(n)), stage.output)
+                raise RunFolderError(
+                    f"{self.path / changed} is not the output stage {stage.name!r} "
+                    f"recorded in {MANIFEST} ({why}): it was replaced or edited; restore it, "
+                    "or pass --overwrite to redo the stage"
+                )
+            stale.add(stage.name)
+        if legacy and self.manifest_path.is_file():
+            self._write_manifest()
+        return stale
+
+    def _remove_outputs(self, stage: Stage) -> None:
+        for name in (stage.output, *stage.also_writes):
+            target = self.path / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
 
     def _replace_or_refuse(self, stage: Stage, target: Path, recorded: dict | None) -> None:
         if not self.overwrite:
@@ -277,11 +370,15 @@ def predict_for_cache(
         names = [f"blocks.{b}.attn.hook_pattern" for b in range(cache.n_blocks)]
         has_patterns = all(name in cache.hook_names for name in names)
         patterns = [cache.acts(name)[:] for name in names] if has_patterns else None
+        check_finite(x, f"{cache_path}:/inputs/x")
+        for name, pattern in zip(names, patterns or [], strict=False):
+            check_finite(pattern, f"{cache_path}:acts/{name}")
         provenance = {
             "data_seed": spec["data_seed"],
             "n": spec["n"],
             "cache": str(cache_path),
             "checkpoint_sha256": cache.checkpoint_sha256,
+            "random_init_seed": cache.provenance.get("random_init_seed"),
             "data_spec": spec,
         }
     if orientation == "auto" and patterns is None:
@@ -451,7 +548,7 @@ def analysis_stages(
 
 def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
     meta = read_checkpoint_meta(ckpt_dir)
-    comparison = json.loads((folder.path / "comparison.json").read_text())
+    comparison = read_comparisons(folder.path / "comparison.json")
     sets = read_sets(folder.path / "pred.h5")
     metrics = meta.get("metrics", {})
     return RunSummary(
