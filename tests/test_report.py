@@ -442,6 +442,16 @@ def test_report_cli_writes_a_report_whose_numbers_match_compare(pipeline_files, 
         "training_curve",
     }
     assert summary["training"]["final_val_nmse"] == 0.125
+    # InfoFlow's exponent at the run's T and E, recomputed with the engine
+    from infoprobe.infoflow import predict
+    from infoprobe.tasks import make_task
+
+    prediction = predict(make_task("intrinsic-dim", T=T, D=2, seed=0), HEADS, d_model=16)
+    exponent = summary["answer"]["exponent"]
+    assert (exponent["T"], exponent["E"]) == (T, 16)
+    assert exponent["at_T"] == pytest.approx(prediction.exponent(T))
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert f"{prediction.verdict}: α = {prediction.exponent(T):.3g} at T={T}, E=16" in page
     assert cli("compare", root / "pred.h5", root / "probes.h5", "--out", root / "plain.json") == 0
     plain = json.loads((root / "plain.json").read_text())["comparisons"]["decodability"]
     ours = summary["comparisons"]["decodability"]["infoflow"]

@@ -179,13 +179,13 @@ def violation_lines(
                         g = entry[group]
                         text += (
                             f" (observed at the {label if group == 'cls' else 'data'} queries: "
-                            f"{g['mode']}; InfoFlow's program: {g['operation']})"
+                            f"{g['mode']}, where InfoFlow's program has: {g['operation']})"
                         )
             else:
                 text += " (layer 0: the embedding, before any block)"
             parts.append(text)
         lines.append(
-            f"layer {layer}: {total} violations ({word} where InfoFlow predicts nothing); "
+            f"layer {layer}: {total} violations ({word} where InfoFlow predicts nothing): "
             + "; ".join(parts)
         )
     return lines
@@ -238,19 +238,26 @@ def threshold_check(obs: Observations, predicted: np.ndarray) -> ThresholdCheck 
 
 def threshold_line(check: ThresholdCheck, layer: int, auroc: float, word: str) -> str:
     """Why the share at the fixed τ and the AUROC can tell different stories, in numbers:
-    the share counts cells that clear τ, the AUROC only compares the two rankings."""
+    the share counts cells that clear τ, the AUROC only compares the two groups' scores."""
     relation = "<" if check.member_when == "below" else "≥"
+    median = check.median_predicted[layer]
     text = (
-        f"layer {layer}: at the fixed threshold ({check.score_name} {relation} {check.tau:g}) "
+        f"layer {layer}: at the fixed threshold ({check.score_name} {relation} {check.tau:.3g}) "
         f"{100 * check.pass_predicted[layer]:.1f}% of predicted positions and "
         f"{100 * check.pass_other[layer]:.1f}% of the others are {word}; the median "
-        f"{check.score_name} is {check.median_predicted[layer]:.3g} at predicted positions "
-        f"and {check.median_other[layer]:.3g} at the others. AUROC {auroc:.3f} compares the "
-        "two without a threshold"
+        f"{check.score_name} is {median:.3g} at predicted positions and "
+        f"{check.median_other[layer]:.3g} at the others."
     )
-    if check.pass_predicted[layer] < 0.05 and auroc > 0.55:
+    clears = median < check.tau if check.member_when == "below" else median >= check.tau
+    if np.isfinite(median) and not clears:
+        text += (
+            " The typical predicted position does not clear τ, so the share stays small "
+            "however the positions rank."
+        )
+    text += f" AUROC {auroc:.3f} compares the two groups without a threshold"
+    if auroc > 0.55 and check.pass_predicted[layer] < 0.05:
         text += (
             ": predicted positions score better than the others more often than not, but "
             "almost none clear the threshold, so the share is near 0 while the AUROC is not"
         )
-    return text
+    return text + "."

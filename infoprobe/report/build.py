@@ -336,27 +336,27 @@ def _answer_figure(inputs: ReportInputs, name: str) -> Figure | None:
     )
 
 
-def _red_reason(inputs: ReportInputs, samples: Sequence[int]) -> str:
-    """The per-sample panels' red cells per layer, and where the layer with the most of
-    them gets its violations from (computed over every compared sample)."""
+def _red_reason(inputs: ReportInputs, sample: int) -> str:
+    """One sample panel's red cells per layer, and where the layer with the most of them
+    gets its violations from (counted over every compared sample)."""
     obs = inputs.primary.observations
     sources = violation_counts(inputs)
-    if obs.per_sample is None or sources is None or not samples:
+    if obs.per_sample is None or sources is None:
         return ""
     T = obs.per_sample.shape[-1]
     others = scope_masks(T)["others"]
-    red = obs.per_sample[:, samples] & ~inputs.predicted[:, samples, :, :T] & others
-    counts = red.sum(axis=(1, 2, 3))
-    cells = int(others.sum()) * len(samples)
+    red = obs.per_sample[:, sample] & ~inputs.predicted[:, sample, :, :T] & others
+    counts = red.sum(axis=(1, 2))
+    cells = int(others.sum())
     shares = ", ".join(
         f"layer {layer} {int(c)} of {cells} cells" for layer, c in enumerate(counts) if c
     )
     if not shares:
-        return " No red cells in these samples."
-    worst = int(np.argmax(sources.total))
+        return " No red cells in this sample."
+    worst = int(np.argmax(counts))
     lines = answer.violation_lines(sources, _heads_dict(inputs), obs.word)
     why = next((line for line in lines if line.startswith(f"layer {worst}:")), "")
-    return f" Red (violation) cells drawn: {shares}. Why, over all compared samples: {why}."
+    return f" Red (violation) cells in this sample: {shares}. Why, over all samples: {why}."
 
 
 def _heads_dict(inputs: ReportInputs) -> dict[str, Any] | None:
@@ -421,8 +421,8 @@ def build_figures(inputs: ReportInputs) -> dict[str, tuple[Figure, str, str]]:
             f"on x). {marks}",
         )
     primary = inputs.primary.observations
-    reason = _red_reason(inputs, inputs.sample_indices())
     for row, sample in enumerate(inputs.sample_indices()):
+        reason = _red_reason(inputs, sample)
         extra = None
         if inputs.rollout_sets is not None:
             extra = {"rollout": inputs.rollout_sets[:, sample]}
@@ -447,10 +447,11 @@ def build_figures(inputs: ReportInputs) -> dict[str, tuple[Figure, str, str]]:
         sweeps, what = _sweeps(by_predictor)
         if sweeps:
             obs = next(iter(by_predictor.values())).observations
+            probe = inputs.probe if name == "decodability" else None
             score = obs.sample_score_name if what == "per-sample" else obs.score_name
             out[f"tau_sweep_{figures.file_stem(name)}"] = (
-                figures.tau_sweep_figure(sweeps, instrument=name, score_name=score),
-                f"{figures.instrument_label(name)}: threshold sweep",
+                figures.tau_sweep_figure(sweeps, instrument=name, score_name=score, probe=probe),
+                f"{figures.instrument_label(name, probe)}: threshold sweep",
                 f"Precision, recall and violation rate of {name} ({what}, own positions "
                 "left out) as the threshold τ moves, per layer (colour) and predictor (line "
                 "style); the dashed line is the τ fixed before the comparison.",

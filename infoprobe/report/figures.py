@@ -384,6 +384,7 @@ def tau_sweep_figure(
     value_name: str = "τ",
     instrument: str = "flow",
     score_name: str = "score",
+    probe: str | None = None,
 ) -> Figure:
     """Precision, recall and violation rate against τ, one line per (predictor, layer).
 
@@ -432,7 +433,7 @@ def tau_sweep_figure(
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
     predictors = " and ".join(display_name(n) for n in sweeps)
     fig.suptitle(
-        f"{instrument_label(instrument)} against {predictors}: agreement as the threshold τ "
+        f"{instrument_label(instrument, probe)} against {predictors}: agreement as the threshold τ "
         f"on {score_name} moves (dashed line: the fixed τ)"
     )
     return fig
@@ -542,7 +543,7 @@ def answer_figure(
             dashes = (0, (4, 3))
             ax.axvline(tau, color="black", linestyle=dashes, linewidth=1, label=f"τ = {tau:.3g}")
         ax.set_title(f"layer {layer}: {score_name} per cell", fontsize=10)
-        ax.set_xlabel(score_name + (" (0 drawn at the smallest value)" if log_scale else ""))
+        ax.set_xlabel(score_name)
         ax.set_ylabel("share of the group's cells")
         ax.legend(fontsize=7.5, frameon=False)
     fig.suptitle(

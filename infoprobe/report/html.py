@@ -352,8 +352,15 @@ def answer_table(summary: Mapping[str, Any], instrument: str) -> str:
     return _table(["layer", *(c[0] for c in columns)], rows)
 
 
-def _items(lines: Sequence[str]) -> str:
-    return "<ul>" + "".join(f"<li>{escape(v)}</li>" for v in lines) + "</ul>"
+def _items(lines: Sequence[str], split: str | None = None) -> str:
+    """A list; with ``split``, each line's head (up to the first ": ") as the item and its
+    parts (separated by ``split``) as a nested list."""
+    items = []
+    for line in lines:
+        head, _, rest = line.partition(": ") if split else (line, "", "")
+        nested = "".join(f"<li>{escape(p)}</li>" for p in rest.split(split)) if rest else ""
+        items.append(f"<li>{escape(head)}" + (f"<ul>{nested}</ul>" if nested else "") + "</li>")
+    return "<ul>" + "".join(items) + "</ul>"
 
 
 def answer_section(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> list[str]:
@@ -382,7 +389,7 @@ def answer_section(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> 
             "nothing (own positions left out), by token; “new in block b”: not yet a "
             "violation one layer below; the head named is the one of that block that moves "
             "the most attention from the token onto keys already carrying x(s).</p>",
-            _items(found["violation_lines"]),
+            _items(found["violation_lines"], split="; "),
         ]
     if found.get("rollout_lines"):
         parts += [
