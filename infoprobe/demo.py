@@ -160,7 +160,8 @@ def _headline(summary: RunSummary, found: dict | None) -> str:
         parts.append(
             f"layer {layer} <b>{_fmt(value)}</b>" + (f" ({', '.join(extra)})" if extra else "")
         )
-    return f"{text}. {escape(entry['label'])} AUROC of InfoFlow's sets: " + "; ".join(parts) + "."
+    label = escape(entry["label"][:1].upper() + entry["label"][1:])
+    return f"{text}. {label} AUROC of InfoFlow's sets: " + "; ".join(parts) + "."
 
 
 def _fmt(value: float | None) -> str:
