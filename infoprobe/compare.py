@@ -664,8 +664,8 @@ def write_comparisons(
 
 
 def read_comparisons(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`write_comparisons` as a dict, validating the fields
-    infoprobe reads back: the header, ``comparisons`` (an object of instruments),
+    """Read a file written by :func:`write_comparisons` (schema 2 or 3) as a dict,
+    validating the fields infoprobe reads back: the header, ``comparisons`` (an object),
     ``headline`` (a list of lines) and ``provenance`` (an object).
 
     Raises CompareInputError naming the file and the field.
@@ -680,8 +680,8 @@ def read_comparisons(path: str | os.PathLike) -> dict[str, Any]:
         raise CompareInputError(
             f"{path}: expected a JSON object, got a JSON {type(document).__name__}; {fix}"
         )
-    check_header(document, path, fmt=FORMAT, readable=range(3, SCHEMA_VERSION + 1),
-                 error=CompareInputError)  # fmt: skip
+    check_header(document, path, fmt=FORMAT, readable=range(2, SCHEMA_VERSION + 1),
+                 error=CompareInputError, legacy_version="format_version")  # fmt: skip
     for name, kind in (("comparisons", dict), ("headline", list), ("provenance", dict)):
         value = document.get(name)
         if not isinstance(value, kind) or (

@@ -338,3 +338,26 @@ def test_predict_refuses_a_cache_with_non_finite_values(
     acts = edited(files, tmp_path, "acts.h5", edit)
     argv = ["--cache", str(acts), "--out", str(tmp_path / "pred.h5")]
     refused(monkeypatch, capsys, tmp_path, "predict", argv, [str(acts), "finite"])
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("best_val_nmse", "0.5", ["'best_val_nmse'", "'0.5'", "a number"]),
+        ("best_step", 2.5, ["'best_step'", "an integer"]),
+        ("history", {"step": 1}, ["'history'", "a list"]),
+    ],
+)
+def test_a_record_field_of_the_wrong_kind_is_refused(tmp_path, field, value, words):
+    from infoprobe.reproduce.grid import ReproduceError
+    from infoprobe.reproduce.runs import RECORD, RECORD_FORMAT, RunStore
+
+    store = RunStore(tmp_path)
+    store.run_dir("r1").mkdir(parents=True)
+    record = {"format": RECORD_FORMAT, "schema_version": 2, "run_id": "r1", "seed": 0}
+    record.update({"best_val_nmse": 0.1, "best_step": 2, "history": [], field: value})
+    (store.run_dir("r1") / RECORD).write_text(json.dumps(record))
+    with pytest.raises(ReproduceError) as info:
+        store.load("r1")
+    for word in [str(store.run_dir("r1") / RECORD), *words]:
+        assert word in str(info.value)

@@ -266,3 +266,29 @@ def test_probe_results_without_hashes_are_refused_by_name(runs, monkeypatch, cap
         [str(runs / "A" / "pred.h5"), str(path)],
         ["inputs_sha256", "re-run `infoprobe probe`"],
     )
+
+
+def truncate_comparison(folder):
+    path = folder / "comparison.json"
+    path.write_text(path.read_text()[:200])
+
+
+def damage_probes(folder):
+    with h5py.File(folder / "probes.h5", "r+") as f:
+        f.attrs["provenance"] = "{bad"
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (truncate_comparison, ["comparison.json", "replaced or edited"]),
+        (damage_probes, ["probes.h5", "'provenance'", "--overwrite", "'probe'"]),
+    ],
+)
+def test_run_refuses_an_edited_output(runs, monkeypatch, capsys, tmp_path, edit, words):
+    folder = tmp_path / "run"
+    shutil.copytree(runs / "A", folder)
+    edit(folder)
+    before = snapshot(folder)
+    refused(monkeypatch, capsys, "run", [*RUN, "--seed", "0", "--out", str(folder)], words)
+    assert snapshot(folder) == before

@@ -155,6 +155,35 @@ def run_outcome(
     return RunOutcome(record, files)
 
 
+RECORD_FIELDS = {
+    "best_val_nmse": "number", "test_nmse": "number", "best_step": "integer",
+    "seed": "integer", "seconds": "number", "train_seconds": "number",
+    "history": "list", "analyses": "object",
+}  # fmt: skip
+"""Fields of record.json that are read back, and their JSON kinds (null allowed for the
+numbers: a run that never evaluated has no best NMSE)."""
+
+
+def _check_record_fields(record: dict[str, Any], path: Path) -> None:
+    """Refuse a field of ``RECORD_FIELDS`` of the wrong JSON kind, naming it."""
+    for name, kind in RECORD_FIELDS.items():
+        if name not in record:
+            continue
+        value = record[name]
+        plain_number = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = {
+            "number": value is None or plain_number,
+            "integer": value is None or (plain_number and isinstance(value, int)),
+            "list": isinstance(value, list),
+            "object": isinstance(value, dict),
+        }[kind]
+        if not ok:
+            raise ReproduceError(
+                f"{path}: field {name!r} is {value!r} ({type(value).__name__}), expected "
+                f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}; delete it to re-run this run"
+            )
+
+
 class RunStore:
     """The runs folder of a sweep: ``root/runs/<run_id>/{checkpoint/, record.json}``."""
 
@@ -178,6 +207,11 @@ class RunStore:
             raise ReproduceError(
                 f"{path}: not valid JSON ({err}); delete it to re-run this run"
             ) from None
+        if not isinstance(record, dict):
+            raise ReproduceError(
+                f"{path}: expected a JSON object, got a JSON {type(record).__name__}; delete it "
+                "to re-run this run"
+            )
         if record.get("run_id") != run_id or record.get("format") != RECORD_FORMAT:
             raise ReproduceError(
                 f"{path}: field 'run_id' is {record.get('run_id')!r}, expected {run_id!r} "
@@ -191,6 +225,7 @@ class RunStore:
             error=ReproduceError,
             unversioned=1,
         )
+        _check_record_fields(record, path)
         return record
 
     def is_done(self, spec: RunSpec) -> bool:
