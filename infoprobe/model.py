@@ -32,6 +32,21 @@ class ConfigError(ValueError):
     """A model configuration field has an invalid value."""
 
 
+MAX_SEED = 2**63 - 1
+"""The largest seed accepted anywhere: int64's largest value (torch's generators take
+seeds up to 2**64 - 1, numpy's any size; seeds are written as int64 to files)."""
+
+
+def check_seed(value: object, name: str = "seed") -> int:
+    """``value`` as an int if it is an integer seed in 0..:data:`MAX_SEED`, else
+    :class:`ConfigError` naming ``name``, the range and the value."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{name}: expected an integer in 0..2**63-1, got {value!r}")
+    if not 0 <= value <= MAX_SEED:
+        raise ConfigError(f"{name}: expected an integer in 0..2**63-1, got {value}")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture of an :class:`InfoFlowTransformer`.
@@ -344,8 +359,10 @@ class InfoFlowTransformer(HookedRootModule):
 
     def __init__(self, cfg: ModelConfig, seed: int = 0):
         super().__init__()
+        if not isinstance(cfg, ModelConfig):
+            raise TypeError(f"cfg: expected a ModelConfig, got {type(cfg).__name__}")
         self.cfg = cfg
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator().manual_seed(check_seed(seed))
         self.embed = Embed(cfg, gen)
         self.hook_embed = HookPoint()
         self.pos_embed = PosEmbed(cfg, gen) if cfg.pos_encoding != "none" else None

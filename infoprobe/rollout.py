@@ -142,10 +142,18 @@ def rollout_sets(weights: np.ndarray, threshold_ratio: float = 0.25) -> np.ndarr
     """Threshold rollout weights [L+1, n, T+1, T+1] into sets (same shape, bool).
 
     s ∈ I(t, l) iff weights[l, :, t, s] ≥ threshold_ratio / (T+1), T+1 = weights.shape[-1].
+    A row of weights sums to 1, so a ratio above T+1 would leave every set empty: it is
+    refused (:class:`RolloutError`), as is a ratio of 0 or below.
     """
     if not threshold_ratio > 0.0:
         raise RolloutError(f"threshold_ratio: expected > 0, got {threshold_ratio}")
-    return weights >= threshold_ratio / weights.shape[-1]
+    positions = weights.shape[-1]
+    if threshold_ratio > positions:
+        raise RolloutError(
+            f"threshold_ratio: expected at most T+1 = {positions} (the weights of a row sum "
+            f"to 1, so a larger ratio leaves every set empty), got {threshold_ratio}"
+        )
+    return weights >= threshold_ratio / positions
 
 
 def predict_rollout(patterns: Sequence[np.ndarray], config: RolloutConfig | None = None) -> Rollout:

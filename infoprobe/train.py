@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from infoprobe.atomic import check_writable, refuse_existing
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
-from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.model import MAX_SEED, InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import Task
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
@@ -117,9 +117,10 @@ class TrainConfig:
         for name in ("steps", "batch_size", "n_val", "n_test", "eval_every"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise bad(name, "an integer >= 1")
-        for name in ("warmup", "seed"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
-                raise bad(name, "an integer >= 0")
+        if not _is_int(self.warmup) or self.warmup < 0:
+            raise bad("warmup", "an integer >= 0")
+        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+            raise bad("seed", "an integer in 0..2**63-1")
         if not _is_finite(self.lr) or not self.lr > 0:
             raise bad("lr", "a finite number > 0")
         for name in ("weight_decay", "grad_clip"):

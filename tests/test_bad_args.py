@@ -163,3 +163,154 @@ def test_influence_reserves_its_whole_file_before_the_first_block(small_run, tmp
         pytest.skip("no posix_fallocate on this platform")
     assert size >= 200 * 3 * 7 * 6 * 4  # the scores alone
     assert allocated >= size
+
+
+# --- numbers: one argument type per kind, everywhere ---------------------------------------
+
+BIG = str(2**64)  # torch's generators overflow at 2**64; the bound is 2**63 - 1
+TRAIN = ["--task", "intrinsic-dim", "--D", "2", "--T", "4", "--steps", "2", "--quiet"]
+
+
+@pytest.mark.parametrize(
+    "command, argv, option",
+    [
+        ("train", [*TRAIN, "--seed", BIG], "--seed"),
+        ("train", [*TRAIN, "--seed", str(2**63)], "--seed"),
+        ("train", [*TRAIN, "--seeds", f"0,{BIG}"], "--seeds"),
+        ("train", [*TRAIN, "--task-seed", BIG], "--task-seed"),
+        ("run", [*TRAIN, "--seed", BIG], "--seed"),
+        ("cache", ["CKPT", "--out", "a.h5", "--random-init", BIG], "--random-init"),
+        ("cache", ["CKPT", "--out", "a.h5", "--data-seed", BIG], "--data-seed"),
+        ("influence", ["CKPT", "--cache", "a.h5", "--out", "f.h5", "--random-init", BIG],
+         "--random-init"),
+        ("influence", ["CKPT", "--cache", "a.h5", "--out", "f.h5", "--seed", BIG], "--seed"),
+        ("probe", ["a.h5", "--out", "p.h5", "--seed", BIG], "--seed"),
+        ("predict", ["--task", "intrinsic-dim", "--samples", "4", "--out", "s.h5",
+                     "--data-seed", BIG], "--data-seed"),
+    ],
+)  # fmt: skip
+def test_seeds_beyond_int64_are_refused_as_the_line_is_parsed(
+    monkeypatch, capsys, tmp_path, command, argv, option
+):
+    monkeypatch.chdir(tmp_path)  # the relative paths above name files that do not exist
+    words = [f"argument {option}", "expected", "0..2**63-1"]
+    assert_refused(monkeypatch, capsys, tmp_path, command, argv, words)
+
+
+def test_the_largest_seed_trains(monkeypatch, tmp_path):
+    """2**63 - 1 is a seed like any other (the whole range is usable)."""
+    argv = [*TRAIN, "--seed", str(2**63 - 1), "--n-val", "64", "--n-test", "64",
+            "--out", str(tmp_path / "ckpt")]  # fmt: skip
+    assert run_command(monkeypatch, "train", argv) == 0
+
+
+GRID = ["--task", "intrinsic-dim", "--D", "2", "--T", "8", "--heads", "2,2", "--grid"]
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--grid-T", "0,8"], ["--grid-T", ">= 1", "'0,8'"]),
+        (["--grid-T", "-8"], ["--grid-T", ">= 1"]),
+        (["--grid-heads", "1,1;0,2"], ["--heads", ">= 1"]),
+    ],
+)
+def test_grid_values_below_one_are_refused(monkeypatch, capsys, tmp_path, extra, words):
+    assert_refused(monkeypatch, capsys, tmp_path, "predict", [*GRID, *extra], words)
+
+
+def test_library_seeds_are_checked_against_the_same_range():
+    from infoprobe.influence import InfluenceSettingsError
+    from infoprobe.model import ConfigError
+    from infoprobe.train import TrainConfig, TrainingError
+
+    cfg = ModelConfig(d_in=2, n_ctx=3)
+    for bad in (2**63, 2**64, -1):
+        with pytest.raises(TrainingError, match=r"TrainConfig\.seed .*0\.\.2\*\*63-1"):
+            TrainConfig(seed=bad)
+        with pytest.raises(InfluenceSettingsError, match="seed"):
+            InfluenceSettings(seed=bad)
+        with pytest.raises(ConfigError, match=r"seed: expected an integer in 0\.\.2\*\*63-1"):
+            InfoFlowTransformer(cfg, seed=bad)
+    assert TrainConfig(seed=2**63 - 1).seed == 2**63 - 1
+
+
+# --- options silently ignored or misread -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--grid-heads", ";;"], ["--grid-heads", "';;'"]),
+        (["--grid-heads", "1,1;;2,2"], ["--grid-heads", "none empty"]),
+        (["--orientation", ""], ["--orientation", "got ''"]),
+        (["--plot", "grid.txt"], ["--plot", ".png", "'grid.txt'"]),
+    ],
+)
+def test_predict_refuses_empty_or_unknown_values(monkeypatch, capsys, tmp_path, extra, words):
+    assert_refused(monkeypatch, capsys, tmp_path, "predict", [*GRID, *extra], words)
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--plot", "grid.png"], ["--plot", "--grid"]),
+        (["--grid-T", "8,16"], ["--grid-T", "--grid"]),
+        (["--data-seed", "3"], ["--data-seed", "--samples"]),
+    ],
+)
+def test_predict_refuses_options_that_would_be_ignored(monkeypatch, capsys, tmp_path, extra, words):
+    argv = ["--task", "intrinsic-dim", "--D", "2", "--T", "8", *extra]
+    assert_refused(monkeypatch, capsys, tmp_path, "predict", argv, words)
+
+
+def test_predict_grid_json_prints_the_grid_as_json(monkeypatch, capsys):
+    import json
+
+    argv = [*GRID, "--grid-T", "8,16", "--grid-heads", "1,1;2,2", "--json"]
+    assert run_command(monkeypatch, "predict", argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    cells = {(tuple(c["heads"]), c["T"]): c for c in printed["grid"]}
+    assert set(cells) == {(h, T) for h in ((1, 1), (2, 2)) for T in (8, 16)}
+    # T = 8 with heads (2, 2) is the prediction itself: the grid cell must agree with it
+    cell, prediction = cells[((2, 2), 8)], printed["prediction"]
+    assert cell["efficient"] == (prediction["verdict"] == "efficient")
+    assert cell["alpha"] == pytest.approx(prediction["exponent_at_T"])
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--task", "intrinsic-dim"], ["--samples", "5"], ["--kth-law", "rank"], ["--heads", "3,3"],
+     ["--T", "8"], ["--grid"]],
+    ids=["task", "samples", "kth-law", "heads", "task-parameter", "grid"],
+)  # fmt: skip
+def test_predict_cache_refuses_the_options_it_does_not_use(
+    monkeypatch, capsys, small_run, tmp_path, extra
+):
+    argv = ["--cache", str(small_run / "acts.h5"), "--out", str(tmp_path / "pred.h5"), *extra]
+    assert_refused(monkeypatch, capsys, tmp_path, "predict", argv, ["--cache", extra[0]])
+
+
+def test_rollout_threshold_beyond_t_plus_one_is_refused():
+    """Rows of rollout weights sum to 1, so r/(T+1) > 1 would empty every set."""
+    from infoprobe.rollout import RolloutError, rollout_sets
+
+    T = 5
+    identity = np.broadcast_to(np.eye(T + 1), (2, 3, T + 1, T + 1))  # [L+1, n, T+1, T+1]
+    assert rollout_sets(identity, T + 1).sum() == identity.sum()  # weight 1 reaches r = T+1
+    with pytest.raises(RolloutError, match=r"threshold_ratio: expected at most T\+1 = 6"):
+        rollout_sets(identity, 1000)
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--rollout-threshold", "0"], ["--rollout-threshold", "> 0"]),
+        (["--rollout-weight", "1.5"], ["--rollout-weight", "[0, 1]"]),
+    ],
+)
+def test_compare_refuses_rollout_values_as_the_line_is_parsed(
+    monkeypatch, capsys, tmp_path, extra, words
+):
+    argv = ["pred.h5", "probes.h5", "--out", "c.json", "--rollout", *extra]
+    assert_refused(monkeypatch, capsys, tmp_path, "compare", argv, words)

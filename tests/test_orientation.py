@@ -217,8 +217,10 @@ def test_predict_cli_orientation_options(cached, tmp_path, capsys):
     assert "no attention patterns" in capsys.readouterr().out
     np.testing.assert_array_equal(read_sets(out2).sets, predict(task, arch).sets(x))
     bad = str(tmp_path / "b.h5")
-    assert main(["predict", "--cache", str(root / "acts.h5"), "--out", bad,
-                 "--orientation", "sideways"]) == 2  # fmt: skip
+    with pytest.raises(SystemExit) as refused:  # refused as the line is parsed
+        main(["predict", "--cache", str(root / "acts.h5"), "--out", bad,
+              "--orientation", "sideways"])  # fmt: skip
+    assert refused.value.code == 2
     assert "--orientation: expected auto" in capsys.readouterr().err
     assert not (tmp_path / "b.h5").exists()
     assert main(["predict", "--task", "intrinsic-dim", "--D", "2", "--T", "8", "--heads", "2,2",

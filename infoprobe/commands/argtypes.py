@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from infoprobe.model import MAX_SEED
+
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
@@ -28,7 +30,7 @@ def positive_int(text: str) -> int:
 
 
 def non_negative_int(text: str) -> int:
-    """An integer >= 0 (seeds, warm-up steps, widths that 0 switches off)."""
+    """An integer >= 0 (warm-up steps, widths that 0 switches off)."""
     value = _int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
@@ -88,16 +90,60 @@ def device(text: str) -> str:
     return text
 
 
+def seed(text: str) -> int:
+    """A seed: an integer in 0..2**63-1 (:data:`infoprobe.model.MAX_SEED`)."""
+    value = _int(text)
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a seed in 0..2**63-1, got {text!r}")
+    return value
+
+
 def seed_list(text: str) -> tuple[int, ...]:
-    """``"0,1,2"`` → (0, 1, 2): distinct non-negative seeds."""
+    """``"0,1,2"`` → (0, 1, 2): distinct seeds, each in 0..2**63-1."""
     try:
         seeds = tuple(int(s) for s in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--seeds expects comma-separated integers like 0,1,2,3; got {text!r}"
+            f"expected comma-separated seeds like 0,1,2,3, got {text!r}"
         ) from None
-    if min(seeds) < 0:
-        raise argparse.ArgumentTypeError(f"--seeds must be >= 0, got {text!r}")
+    if not all(0 <= s <= MAX_SEED for s in seeds):
+        raise argparse.ArgumentTypeError(f"expected seeds in 0..2**63-1, got {text!r}")
     if len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"--seeds lists a seed twice: {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected distinct seeds, got {text!r}: it lists a seed twice"
+        )
     return seeds
+
+
+def positive_int_list(text: str) -> list[int]:
+    """``"8,16,32"`` → [8, 16, 32]: comma-separated integers >= 1 (sizes, lengths)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers >= 1, got {text!r}"
+        ) from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return values
+
+
+def unit_float(text: str) -> float:
+    """A number in [0, 1] (weights of a convex mix)."""
+    value = finite_float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def figure_file(text: str) -> str:
+    """A figure path whose extension is a format matplotlib writes (``.png``, ``.pdf``, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = text.rsplit(".", 1)[-1].lower() if "." in text.rsplit("/", 1)[-1] else ""
+    if suffix not in formats:
+        raise argparse.ArgumentTypeError(
+            f"expected a file name ending in one of .{', .'.join(formats)}, got {text!r}"
+        )
+    return text

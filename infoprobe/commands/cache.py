@@ -12,7 +12,7 @@ import json
 import torch
 
 from infoprobe.caching import DATA_SEED_OFFSET, checkpoint_cache_job
-from infoprobe.commands.argtypes import device, non_negative_int, positive_int
+from infoprobe.commands.argtypes import device, positive_int, seed
 from infoprobe.errors import UsageError
 from infoprobe.hooks import PRESET_PATTERNS, CacheError, CacheFile, open_cache, read_header
 from infoprobe.hooks.schema import DatasetPlan
@@ -99,13 +99,13 @@ def _add_write_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--data-seed",
-        type=non_negative_int,
+        type=seed,
         default=None,
         help=f"seed of the samples (default: training seed + {DATA_SEED_OFFSET})",
     )
     p.add_argument(
         "--random-init",
-        type=non_negative_int,
+        type=seed,
         default=None,
         metavar="SEED",
         help="cache a random-init control: same architecture and samples, weights "

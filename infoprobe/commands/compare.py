@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.commands.argtypes import finite_float
+from infoprobe.commands.argtypes import positive_float, unit_float
 from infoprobe.compare import CAVEAT, write_comparisons
 from infoprobe.errors import UsageError
 from infoprobe.rollout import HEAD_FUSIONS, RolloutConfig
@@ -88,7 +88,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     )
     rollout.add_argument(
         "--rollout-weight",
-        type=finite_float,
+        type=unit_float,
         default=0.5,
         metavar="A",
         help="A' = A·attention + (1-A)·identity (default 0.5, as in the paper)",
@@ -98,10 +98,11 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     )
     rollout.add_argument(
         "--rollout-threshold",
-        type=finite_float,
+        type=positive_float,
         default=0.25,
         metavar="R",
-        help="s is in the set when its rollout weight is >= R/(T+1) (default 0.25)",
+        help="s is in the set when its rollout weight is >= R/(T+1); 0 < R <= T+1, as the "
+        "weights of a row sum to 1 (default 0.25)",
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.commands.argtypes import device, non_negative_int, positive_float, positive_int
+from infoprobe.commands.argtypes import device, positive_float, positive_int, seed
 from infoprobe.influence import (
     DEFAULT_FLOW_FRACTION,
     InfluenceSettings,
@@ -106,13 +106,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--seed",
-        type=non_negative_int,
+        type=seed,
         default=DEFAULTS.seed,
         help=f"seed of directions and partners ({DEFAULTS.seed})",
     )
     p.add_argument(
         "--random-init",
-        type=non_negative_int,
+        type=seed,
         default=None,
         metavar="SEED",
         help="control: same architecture with weights initialised from SEED",

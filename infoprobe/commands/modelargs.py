@@ -35,6 +35,7 @@ from infoprobe.commands.argtypes import (
     non_negative_int,
     positive_float,
     positive_int,
+    seed,
 )
 from infoprobe.errors import UsageError
 from infoprobe.model import ModelConfig
@@ -45,6 +46,11 @@ DEFAULT_MODEL = ModelConfig(d_in=1, n_ctx=1)
 DEFAULT_TRAIN = TrainConfig()
 TASK_FIELDS = ("d_in", "n_ctx", "d_out")
 """ModelConfig fields the task fixes (d, T and its output size): never options."""
+MODEL_OPTIONS = (
+    *(f.name for f in dataclasses.fields(ModelConfig) if f.name not in TASK_FIELDS),
+    "layers",
+)
+"""Destinations of the architecture options :func:`add_model_arguments` adds."""
 
 
 def parse_heads(text: str) -> tuple[int, ...]:
@@ -93,6 +99,7 @@ CLI_FIELDS: dict[str, CliField] = {
         default=None, default_text="learned if the task needs positions, else none"
     ),
     "device": CliField(convert=device),
+    "seed": CliField(convert=seed),
     "dtype": CliField(choices=tuple(DTYPES)),
 }
 """Per field name (ModelConfig's and TrainConfig's names do not overlap)."""

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 
 from infoprobe.atomic import atomic_output, check_writable, figure_bytes, refuse_existing
-from infoprobe.commands.argtypes import non_negative_int, positive_int
-from infoprobe.commands.modelargs import add_model_arguments, model_config_from_args, parse_heads
+from infoprobe.commands.argtypes import figure_file, positive_int, positive_int_list, seed
+from infoprobe.commands.modelargs import (
+    MODEL_OPTIONS,
+    add_model_arguments,
+    model_config_from_args,
+    parse_heads,
+)
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.errors import UsageError
 from infoprobe.infoflow import (
@@ -52,16 +58,13 @@ examples:
 
 
 def _heads_list(text: str) -> list[tuple[int, ...]]:
-    return [parse_heads(part) for part in text.split(";") if part.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError as err:
+    """``"1,1;2,2"`` → [(1, 1), (2, 2)]: one or more head vectors, none of them empty."""
+    parts = text.split(";")
+    if not all(part.strip() for part in parts):
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from err
+            f"expected head vectors separated by ';' like '1,1;2,2' (none empty), got {text!r}"
+        )
+    return [parse_heads(part) for part in parts]
 
 
 def _orientation(text: str) -> str | list[str]:
@@ -70,11 +73,29 @@ def _orientation(text: str) -> str | list[str]:
     allowed = ("auto", *ORIENTATIONS) if len(parts) == 1 else ORIENTATIONS
     for part in parts:
         if part not in allowed:
-            raise UsageError(
-                f"--orientation: expected auto, declared, mirrored or a comma list of "
-                f"declared/mirrored (one per comparison), got {text!r}"
+            raise argparse.ArgumentTypeError(
+                f"expected auto, declared, mirrored or a comma list of declared/mirrored "
+                f"(one per comparison), got {text!r}"
             )
     return parts[0] if len(parts) == 1 else parts
+
+
+CACHE_EXCLUDES = ("task", "samples", "data_seed", "kth_law", "json", "grid", "grid_T",
+                  "grid_heads", "plot")  # fmt: skip
+"""Options ``--cache`` does not use (it reads the task and architecture from the cache)."""
+
+
+def _given_without_cache_use(args: argparse.Namespace, parser_defaults: dict) -> list[str]:
+    """The options given (set to other than their defaults) that ``--cache`` ignores: the
+    task, its parameters, the architecture, the sample and grid options."""
+    from infoprobe.commands.taskargs import TASK_SEED, task_parameters
+
+    names = [*CACHE_EXCLUDES, *task_parameters(), TASK_SEED, *MODEL_OPTIONS]
+    return [
+        "--" + name.replace("_", "-")
+        for name in names
+        if getattr(args, name, None) != parser_defaults.get(name)
+    ]
 
 
 def register(subparsers) -> None:
@@ -98,11 +119,12 @@ def register(subparsers) -> None:
     g.add_argument(
         "--kth-law",
         choices=sorted(KTH_LAWS),
-        default="tail",
+        default=None,
         help="k-th retrieval cost law: tail = (T-k-1)/(n+1) (default), rank = (k-1)/n",
     )
     g.add_argument(
         "--orientation",
+        type=_orientation,
         default=None,
         metavar="WHICH",
         help="which of two equivalent chains resolves each pairwise comparison: 'declared' "
@@ -123,8 +145,8 @@ def register(subparsers) -> None:
     g.add_argument("--out", default=None, metavar="PRED.h5", help="HDF5 file for the sets")
     g.add_argument(
         "--data-seed",
-        type=non_negative_int,
-        default=0,
+        type=seed,
+        default=None,
         help="samples come from numpy.random.default_rng(DATA_SEED) (default: 0)",
     )
     g.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
@@ -133,7 +155,7 @@ def register(subparsers) -> None:
     grid.add_argument("--grid", action="store_true", help="print the phase-boundary table")
     grid.add_argument(
         "--grid-T",
-        type=_ints,
+        type=positive_int_list,
         default=[8, 16, 32, 64],
         metavar="T1,T2,..",
         help="sequence lengths (default: 8,16,32,64)",
@@ -146,9 +168,14 @@ def register(subparsers) -> None:
         help="head vectors, e.g. '1,1;2,2;2,3' (default: all up to max+1)",
     )
     grid.add_argument(
-        "--plot", default=None, metavar="GRID.png", help="also save the grid as a heat map"
+        "--plot",
+        type=figure_file,
+        default=None,
+        metavar="GRID.png",
+        help="also save the grid as a heat map (the extension names the format)",
     )
-    parser.set_defaults(func=run)  # fmt: skip
+    parser.set_defaults(func=run)
+    parser.set_defaults(parser_defaults={a.dest: a.default for a in parser._actions})
 
 
 GRID_FIGURE_FORMAT = "infoprobe.predict-grid-figure"
@@ -160,7 +187,13 @@ def run(args: argparse.Namespace) -> int:
     if args.cache is not None:
         if args.out is None:
             raise UsageError("--cache needs --out PRED.h5")
-        orientation = _orientation(args.orientation or "auto")
+        ignored = _given_without_cache_use(args, args.parser_defaults)
+        if ignored:
+            raise UsageError(
+                f"--cache reads the task, architecture and samples from the cache: drop "
+                f"{', '.join(ignored)} (or drop --cache to predict from them)"
+            )
+        orientation = "auto" if args.orientation is None else args.orientation
         path = predict_for_cache(
             args.cache, args.out, orientation=orientation, overwrite=args.overwrite
         )
@@ -171,6 +204,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --task NAME (and its parameters), or --cache ACTS.h5 --out PRED.h5")
     if (args.samples is None) != (args.out is None):
         raise UsageError("--samples and --out go together: give both or neither")
+    if args.data_seed is not None and args.samples is None:
+        raise UsageError("--data-seed seeds the --samples written to --out: give those too")
+    if args.plot is not None and not args.grid:
+        raise UsageError("--plot saves the --grid table as a heat map: give --grid too")
+    if args.grid and args.out is not None:
+        raise UsageError("--grid prints a table; --samples/--out write sets: give one of them")
+    grid_default = args.parser_defaults["grid_T"]
+    if not args.grid and (args.grid_heads is not None or args.grid_T != grid_default):
+        raise UsageError("--grid-T and --grid-heads shape the --grid table: give --grid too")
+    data_seed = 0 if args.data_seed is None else args.data_seed
+    kth_law = "tail" if args.kth_law is None else args.kth_law
     if args.out is not None:  # refuse an output that cannot be written before any work
         out = Path(args.out)
         refuse_existing(out, args.overwrite, "predicted-sets file", kind=SETS_FORMAT)
@@ -180,16 +224,16 @@ def run(args: argparse.Namespace) -> int:
         check_writable(Path(args.plot), "grid figure")
     task = task_from_args(args)
     config = model_config_from_args(args, task)
-    orientation = _orientation(args.orientation or "declared")
+    orientation = "declared" if args.orientation is None else args.orientation
     if orientation == "auto":
         raise UsageError("--orientation auto reads a model's attention: it needs --cache ACTS.h5")
-    prediction = predict(task, config, kth_law=args.kth_law, orientation=orientation)
+    prediction = predict(task, config, kth_law=kth_law, orientation=orientation)
     if args.grid:
-        return _run_grid(args, task, prediction)
+        return _run_grid(args, task, prediction, kth_law)
     print(json.dumps(prediction.to_dict(), indent=2) if args.json else prediction.describe())
     if args.out is not None:
-        x, _ = task.sample(args.samples, np.random.default_rng(args.data_seed))
-        provenance = {"data_seed": args.data_seed, "samples": args.samples,
+        x, _ = task.sample(args.samples, np.random.default_rng(data_seed))
+        provenance = {"data_seed": data_seed, "samples": args.samples,
                       "generator": "numpy.random.default_rng(data_seed)",
                       "orientation": "given: " + ", ".join(prediction.orientation)}  # fmt: skip
         path = write_sets(args.out, prediction, x, provenance,
@@ -199,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_grid(args: argparse.Namespace, task: Task, prediction: Prediction) -> int:
+def _run_grid(args: argparse.Namespace, task: Task, prediction: Prediction, kth_law: str) -> int:
     arch = as_architecture(prediction.arch)
     extra = [prediction.min_heads] if prediction.min_heads else []
     heads_list = args.grid_heads or default_heads(arch, extra)
@@ -209,10 +253,14 @@ def _run_grid(args: argparse.Namespace, task: Task, prediction: Prediction) -> i
                 f"--grid-heads entry {','.join(map(str, heads))} has {len(heads)} layer(s); "
                 f"--heads has {arch.n_layers}"
             )
-    cells = prediction_grid(task, arch, args.grid_T, heads_list, kth_law=args.kth_law)
-    print(f"task {task.name} {task.params()} (T varies), E={arch.d_model}, "
-          f"positional encoding: {'yes' if arch.positions else 'no'}")  # fmt: skip
-    print(format_grid(cells))
+    cells = prediction_grid(task, arch, args.grid_T, heads_list, kth_law=kth_law)
+    if args.json:
+        grid = [dataclasses.asdict(cell) for cell in cells]
+        print(json.dumps({"prediction": prediction.to_dict(), "grid": grid}, indent=2))
+    else:
+        print(f"task {task.name} {task.params()} (T varies), E={arch.d_model}, "
+              f"positional encoding: {'yes' if arch.positions else 'no'}")  # fmt: skip
+        print(format_grid(cells))
     if args.plot:
         fig = grid_figure(cells, title=f"{task.name}: InfoFlow exponent")
         fmt = Path(args.plot).suffix[1:].lower()

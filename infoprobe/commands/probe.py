@@ -10,9 +10,9 @@ import numpy as np
 from infoprobe.commands.argtypes import (
     device,
     finite_float,
-    non_negative_int,
     positive_float,
     positive_int,
+    seed,
 )
 from infoprobe.errors import UsageError
 from infoprobe.probes.batched_training import TrainingBudget
@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--seed",
-        type=non_negative_int,
+        type=seed,
         default=0,
         help="seed of the split and shuffled control (%(default)s)",
     )

@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from infoprobe.commands.argtypes import finite_float, non_negative_int
+from infoprobe.commands.argtypes import finite_float, seed
 from infoprobe.errors import UsageError
 from infoprobe.tasks import TASKS, Task, make_task
 
@@ -78,7 +78,7 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, required: bool = True
     group.add_argument(
         "--task-seed",
         dest=TASK_SEED,
-        type=non_negative_int,
+        type=seed,
         default=None,
         metavar="INT",
         help="seed of the task's own random parameters (e.g. the A_i)",

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from infoprobe.influence.errors import InfluenceSettingsError
+from infoprobe.model import MAX_SEED
 
 METHODS = ("local", "resample")
 ESTIMATORS = ("fd", "jacobian")
@@ -66,8 +67,10 @@ class InfluenceSettings:
             raise bad("epsilon", "a finite number > 0")
         if eps <= 0:
             raise bad("epsilon", "a finite number > 0")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise bad("seed", "an integer >= 0")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise bad("seed", "an integer in 0..2**63-1")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise bad("seed", "an integer in 0..2**63-1")
         bs = self.block_size
         if bs is not None and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 1):
             raise bad("block_size", "None or an integer >= 1")
