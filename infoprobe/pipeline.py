@@ -33,22 +33,29 @@ from typing import Any
 
 import numpy as np
 
-from infoprobe.atomic import atomic_output
+from infoprobe.atomic import atomic_output, locked_output, refuse_existing
 from infoprobe.caching import cache_checkpoint
 from infoprobe.chain import output_identity
+from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
+from infoprobe.compare import FORMAT as COMPARISON_FORMAT
 from infoprobe.compare import read_comparisons, write_comparisons
 from infoprobe.header import check_header, make_header, with_header
-from infoprobe.hooks import open_cache
+from infoprobe.hooks import FORMAT as CACHE_FORMAT
+from infoprobe.hooks import layer_sites, open_cache, resolve_sites
 from infoprobe.hooks.hdf5 import json_differences
 from infoprobe.influence import InfluenceSettings, influence_for_cache
+from infoprobe.influence.store import FORMAT as INFLUENCE_FORMAT
 from infoprobe.infoflow import as_architecture, predict, read_sets, write_sets
+from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
 from infoprobe.jsonable import json_sha256
-from infoprobe.model import ModelConfig
+from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.orientation import choose_orientation, recorded_orientation
+from infoprobe.probes.results import FORMAT as PROBES_FORMAT
 from infoprobe.probes.split import TEST, make_split
 from infoprobe.probes.validate import check_finite
 from infoprobe.probing import ProbeSettings, run_probe
+from infoprobe.report.build import FORMAT as REPORT_FORMAT
 from infoprobe.report.build import from_sources, write_report
 from infoprobe.rollout import RolloutConfig
 from infoprobe.seeds import differing_settings, seed_dir, train_seeds
@@ -195,6 +202,8 @@ class Stage:
     build: Callable[[Path], Any]
     resumable: bool = False  # build() itself resumes a partial output (the cache)
     also_writes: tuple[str, ...] = ()  # further outputs: up to date only if all exist
+    kinds: dict[str, str] = field(default_factory=dict)
+    """Output name -> the format marker it must carry to be replaced (infoprobe.atomic)."""
 
     def complete(self, folder: Path) -> bool:
         """Whether every output of the stage exists in ``folder``."""
@@ -239,6 +248,7 @@ class RunFolder:
 
     def run(self, stages: list[Stage]) -> None:
         stale = self._check_chain(stages)
+        self._check_replacements(stages, stale)
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.manifest_path.is_file():  # a run folder from its first moment on
             self._write_manifest()
@@ -320,12 +330,47 @@ class RunFolder:
     def _remove_outputs(self, stage: Stage) -> None:
         for name in (stage.output, *stage.also_writes):
             target = self.path / name
+            self._check_kind(stage, name)
             if target.is_dir():
                 shutil.rmtree(target)
             elif target.exists():
                 target.unlink()
 
+    def _check_replacements(self, stages: list[Stage], stale: set[str]) -> None:
+        """Before any stage runs, refuse every output a stage would replace that may not be
+        replaced (without --overwrite, or not infoprobe's own output of the stage's kind),
+        so that a refusal leaves the folder as it was."""
+        for stage in stages:
+            target = self.path / stage.output
+            recorded = self.manifest["stages"].get(stage.name)
+            same = bool(recorded) and recorded["key_sha"] == key_sha(stage.key)
+            if stage.name in stale:
+                names = [stage.output, *stage.also_writes]
+            elif not target.exists() or same or (stage.resumable and not recorded):
+                continue  # up to date, rebuilt in place, built new, or resumed
+            else:
+                self._refuse_without_overwrite(stage, target, recorded)
+                names = [stage.output]
+            for name in names:
+                self._check_kind(stage, name)
+
+    def _check_kind(self, stage: Stage, name: str) -> None:
+        """Refuse (OutputExistsError) to replace ``name`` unless it is infoprobe's own
+        output of the kind ``stage`` writes there."""
+        kind = stage.kinds.get(name)
+        if kind is None:
+            raise RunFolderError(f"stage {stage.name!r}: no format marker known for {name}")
+        refuse_existing(self.path / name, True, f"output of stage {stage.name!r}", kind=kind)
+
     def _replace_or_refuse(self, stage: Stage, target: Path, recorded: dict | None) -> None:
+        self._refuse_without_overwrite(stage, target, recorded)
+        self._check_kind(stage, stage.output)
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+
+    def _refuse_without_overwrite(self, stage: Stage, target: Path, recorded: dict | None) -> None:
         if not self.overwrite:
             why = (
                 "; ".join(json_differences(recorded["key"], stage.key)[:6])
@@ -336,10 +381,6 @@ class RunFolder:
                 f"{target} was made with other settings ({why}); pass --overwrite to redo "
                 f"stage {stage.name!r}, or choose another --out"
             )
-        if target.is_dir():
-            shutil.rmtree(target)
-        else:
-            target.unlink()
 
     def _say(self, line: str) -> None:
         if self.log is not None:
@@ -480,6 +521,7 @@ def analysis_stages(
             output,
             key,
             resumable=True,
+            kinds={output: INFLUENCE_FORMAT},
             build=lambda out: influence_for_cache(
                 ckpt_dir,
                 path / "acts.h5",
@@ -506,6 +548,7 @@ def analysis_stages(
             "acts.h5",
             cache_key,
             resumable=True,
+            kinds={"acts.h5": CACHE_FORMAT},
             build=lambda out: cache_checkpoint(ckpt_dir, out, progress=not quiet, **cache_opts),
         ),
         Stage(
@@ -513,6 +556,7 @@ def analysis_stages(
             "acts-random-init.h5",
             control_key,
             resumable=True,
+            kinds={"acts-random-init.h5": CACHE_FORMAT},
             build=lambda out: cache_checkpoint(
                 ckpt_dir, out, progress=not quiet, random_init_seed=CONTROL_SEED, **cache_opts
             ),
@@ -521,6 +565,7 @@ def analysis_stages(
             "probe",
             "probes.h5",
             probe_key,
+            kinds={"probes.h5": PROBES_FORMAT},
             build=lambda out: run_probe(
                 path / "acts.h5",
                 out,
@@ -534,6 +579,7 @@ def analysis_stages(
             "predict",
             "pred.h5",
             {"cache": cache_key, "orientation": "auto"},
+            kinds={"pred.h5": SETS_FORMAT},
             build=lambda out: predict_for_cache(path / "acts.h5", out),
         ),
         Stage(
@@ -542,6 +588,7 @@ def analysis_stages(
             report_key,
             build=lambda out: compare_and_report(path, settings, ckpt_dir, out),
             also_writes=("comparison.json",),
+            kinds={"report": REPORT_FORMAT, "comparison.json": COMPARISON_FORMAT},
         ),
     ]
 
@@ -564,6 +611,29 @@ def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
         skipped=folder.skipped,
         orientation=recorded_orientation(sets.provenance.get("orientation")),
     )
+
+
+def check_sites(hook_names: Sequence[str], n_blocks: int, sites: str) -> list[str]:
+    """The hook names ``sites`` selects among a model's ``hook_names``, checked before any
+    stage runs: UnknownSiteError for a site the model lacks, RunFolderError when the
+    selection lacks what a later stage reads (the probes: the layer residuals; compare and
+    the report: every block's attention pattern)."""
+    chosen = resolve_sites(hook_names, sites)
+    needed = {
+        "probe (the layer residuals)": layer_sites(n_blocks),
+        "compare (the attention patterns)": [
+            f"blocks.{b}.attn.hook_pattern" for b in range(n_blocks)
+        ],
+    }
+    for stage, names in needed.items():
+        missing = [name for name in names if name not in chosen]
+        if missing:
+            raise RunFolderError(
+                f"RunSettings.sites (--sites) {sites!r} does not cache {missing}, which stage "
+                f"{stage} reads; expected sites that include them, such as "
+                f"{RunSettings().sites!r} (the default)"
+            )
+    return chosen
 
 
 SEEDS_FOLDER = "seeds"
@@ -613,6 +683,7 @@ def _train_seeds_stage(
         shutil.copytree(best, tmp, dirs_exist_ok=True)
 
 
+@locked_output("out")
 def run_pipeline(
     out: str | os.PathLike,
     task: Task,
@@ -634,6 +705,8 @@ def run_pipeline(
     training evaluation (default: print them when ``progress``).
     """
     settings = settings or RunSettings()
+    model = InfoFlowTransformer(model_cfg)  # its hook names, to check the sites up front
+    check_sites(list(model.hook_dict), model_cfg.n_layers, settings.sites)
     folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
     ckpt_dir = folder.path / "checkpoint"
     train_key = {"task": task.to_dict(), "model": model_cfg.to_dict(), "train": train_cfg.to_dict()}
@@ -645,7 +718,9 @@ def run_pipeline(
         build = partial(
             _train_seeds_stage, task, model_cfg, train_cfg, seeds, progress=progress, log=train_log
         )
-    train_stage = Stage("train", "checkpoint", train_key, build=build)
+    train_stage = Stage(
+        "train", "checkpoint", train_key, build=build, kinds={"checkpoint": CHECKPOINT_FORMAT}
+    )
     ckpt_key = {"train": key_sha(train_key)}
     folder.run([train_stage, *analysis_stages(folder, ckpt_dir, ckpt_key, settings)])
     summary = _summary(folder, ckpt_dir)
@@ -655,6 +730,7 @@ def run_pipeline(
     return summary
 
 
+@locked_output("out")
 def probe_checkpoint(
     checkpoint: str | os.PathLike,
     out: str | os.PathLike,
@@ -673,6 +749,7 @@ def probe_checkpoint(
     settings = settings or RunSettings()
     source = Path(checkpoint).resolve()
     ck = load_checkpoint(source, task=task)  # validates, verifies the weights hash up front
+    check_sites(list(ck.model.hook_dict), ck.model_config.n_layers, settings.sites)
     folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
     ckpt_key = {
         "checkpoint": str(source),
@@ -689,6 +766,7 @@ def probe_checkpoint(
                 "checkpoint",
                 ckpt_key,
                 build=lambda dst: with_task(source, dst, ck.task),
+                kinds={"checkpoint": CHECKPOINT_FORMAT},
             )
         )
     folder.run([*stages, *analysis_stages(folder, ckpt_dir, ckpt_key, settings)])
