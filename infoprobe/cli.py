@@ -43,6 +43,7 @@ ORDER = [
     "compare",
     "report",
     "reproduce",
+    "rates",
 ]
 HELPER_MODULES = {"taskargs", "modelargs", "argtypes"}
 LIBRARY_PACKAGES = ("torch", "numpy", "h5py", "safetensors")

@@ -259,3 +259,26 @@ apart.</p>
 </main></body></html>
 """
     return page
+
+
+def rate_line(cfg: DemoConfig) -> str:
+    """Whether InfoFlow's cost law predicts different rates for the two models at the
+    demo's size, in words (α at T and E of each; where they are equal, the gap the demo
+    measures is a constant factor the law does not speak to)."""
+    from infoprobe.infoflow import predict, rate_comparison
+
+    task = make_task("intrinsic-dim", D=cfg.D, T=cfg.T)
+    named = {
+        f"({h[0]},{h[1]})": predict(
+            task, ModelConfig(d_in=task.d, n_ctx=task.T, d_model=cfg.d_model, heads=h)
+        ).exponent
+        for h in cfg.heads().values()
+    }
+    text = rate_comparison(named, cfg.T)
+    text = text.replace(f"at T={cfg.T}", f"At T={cfg.T}, E={cfg.d_model},", 1)
+    if "same rate" in text:
+        text += (
+            ": the gap above is a constant factor, not a difference in rate "
+            "(`infoprobe reproduce cost-law` measures rates)"
+        )
+    return text

@@ -134,6 +134,9 @@ class RunSummary:
     analysed model is the best of them); empty for one seed."""
     orientation: str = ""
     """The orientation of the comparisons InfoFlow's sets were predicted in, in words."""
+    rate: str = ""
+    """InfoFlow's α at the run's T and E in words, and whether the law predicts the same
+    rate as the minimum heads there (:meth:`infoprobe.infoflow.Prediction.rate_note`)."""
 
     def lines(self) -> list[str]:
         nmse = "n/a" if self.val_nmse is None else f"{self.val_nmse:.3g}"
@@ -144,6 +147,7 @@ class RunSummary:
             *([f"  seeds trained together (best analysed): {seeds}"] if seeds else []),
             f"  trained model: validation NMSE {nmse}, test NMSE {test}",
             f"  InfoFlow: {self.verdict} (cost exponent {self.exponent})",
+            *([f"  rate: {self.rate}"] if self.rate else []),
             *([f"  orientation: {self.orientation}"] if self.orientation else []),
             *[f"  {line}" for line in self.layer_verdicts],
             f"  report: {self.report}",
@@ -610,6 +614,11 @@ def _summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
         report=folder.path / "report" / "report.html",
         skipped=folder.skipped,
         orientation=recorded_orientation(sets.provenance.get("orientation")),
+        rate=predict(
+            task_from_dict(meta["task"]),
+            ModelConfig.from_dict(meta["model_config"]),
+            kth_law=sets.prediction.get("kth_law", "tail"),
+        ).rate_note(),
     )
 
 

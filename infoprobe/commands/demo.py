@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 
 from infoprobe.commands.argtypes import positive_int, seed_list
-from infoprobe.demo import DemoConfig, run_demo, separation
+from infoprobe.demo import DemoConfig, rate_line, run_demo, separation
 
 DESCRIPTION = """\
 The toolkit's point in one run (under 5 minutes on a 2-core CPU): two models on the
@@ -71,5 +71,6 @@ def run(args: argparse.Namespace) -> int:
             f"\nOne head fewer is {gap:.1f}x worse: validation NMSE of the "
             f"({cfg.D - 1},{cfg.D}) model / the ({cfg.D},{cfg.D}) model's"
         )
+    print(rate_line(cfg))
     print(f"\nside by side: {index}")
     return 0

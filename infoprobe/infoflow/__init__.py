@@ -8,7 +8,17 @@ keys = retrievals(p.program, x)  # per retrieval op: the key it chooses, int [n,
 """
 
 from .arch import Architecture, as_architecture
-from .cost import KTH_LAWS, Affine, Exponent, decode_alpha, kth_law_rank, kth_law_tail
+from .cost import (
+    KTH_LAWS,
+    Affine,
+    Exponent,
+    alpha_text,
+    decode_alpha,
+    kth_law_rank,
+    kth_law_tail,
+    rate_comparison,
+    separation_length,
+)
 from .errors import (
     ArchitectureError,
     InfoFlowError,
@@ -46,6 +56,7 @@ __all__ = [
     "SetsFile",
     "SetsFileError",
     "SlotOperation",
+    "alpha_text",
     "as_architecture",
     "decode_alpha",
     "derive_program",
@@ -58,8 +69,10 @@ __all__ = [
     "minimum_heads",
     "predict",
     "prediction_grid",
+    "rate_comparison",
     "read_sets",
     "retrievals",
+    "separation_length",
     "slot_operations",
     "write_sets",
 ]

@@ -6,7 +6,7 @@ a max of affine functions: :class:`Exponent`. It is bounded in T iff no term has
 positive slope; that is the verdict rule (efficient iff bounded).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 RETRIEVAL_ALPHA = 1.0  # max retrieval, position-specific and global aggregation: O(1) eps^-1
@@ -93,3 +93,40 @@ def decode_alpha(coupled: Affine, d: int, E: int) -> Affine:
     alpha = T0 * d / E - 1, with T0 possibly growing with T (``coupled`` is affine in T).
     """
     return Affine(offset=coupled.offset * d / E - 1.0, slope=coupled.slope * d / E)
+
+
+SEPARATION_SEARCH = 100_000
+"""Largest T searched for the first length at which two exponents differ."""
+
+
+def alpha_text(exponent: Exponent, T: int, E: int | None = None) -> str:
+    """InfoFlow's exponent evaluated at the run's own size, e.g. ``"α = 1 at T=16, E=32"``."""
+    at = f"T={T}" if E is None else f"T={T}, E={E}"
+    return f"α = {exponent(T):.3g} at {at}"
+
+
+def separation_length(exponents: Sequence[Exponent], T: int) -> int | None:
+    """The smallest integer T' > T at which the exponents are not all equal; None if they
+    agree at every T' up to :data:`SEPARATION_SEARCH` (they never separate)."""
+    laws = list(exponents)
+    for t in range(T + 1, SEPARATION_SEARCH + 1):
+        if len({round(e(t), 9) for e in laws}) > 1:
+            return t
+    return None
+
+
+def rate_comparison(named: Mapping[str, Exponent], T: int) -> str:
+    """In words, whether the law predicts the same rate for these architectures at length
+    T, e.g. ``"at T=16 the law predicts the same rate for (2,2) and (1,2) (α = 1); it
+    separates for T > 16"`` or ``"at T=32 the law predicts different rates: (2,2) α = 1,
+    (1,2) α = 3"``."""
+    names = list(named)
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    values = {name: e(T) for name, e in named.items()}
+    if len({round(v, 9) for v in values.values()}) > 1:
+        each = ", ".join(f"{name} α = {v:.3g}" for name, v in values.items())
+        return f"at T={T} the law predicts different rates: {each}"
+    same = f"at T={T} the law predicts the same rate for {listed} (α = {values[names[0]]:.3g})"
+    where = separation_length(list(named.values()), T)
+    tail = "; it never separates them" if where is None else f"; it separates for T > {where - 1}"
+    return same + tail

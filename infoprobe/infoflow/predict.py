@@ -10,7 +10,7 @@ import numpy as np
 from infoprobe.tasks import ORIENTATIONS, ComparisonStructure, Task, TaskError
 
 from .arch import Architecture, as_architecture
-from .cost import DEFAULT_KTH_LAW, KTH_LAWS, Exponent, KthLaw
+from .cost import DEFAULT_KTH_LAW, KTH_LAWS, Exponent, KthLaw, alpha_text, rate_comparison
 from .errors import InfoFlowError
 from .execute import DEFAULT_CHUNK, execute
 from .program import Program
@@ -129,6 +129,23 @@ class Prediction:
     def program_text(self) -> str:
         return self.program.describe(self.arch)
 
+    def rate_note(self) -> str:
+        """α at the task's T and E in words, and for an inefficient verdict whether the law
+        predicts the same rate as the minimum heads at this T: ``"α = 1 at T=16, E=32; at
+        T=16 the law predicts the same rate for heads 1,2 and the minimum heads 2,2 (α = 1);
+        it separates for T > 16"``."""
+        T = self.task.T
+        text = alpha_text(self.exponent, T, self.arch.d_model)
+        if self.efficient or self.min_heads is None or self.kth_law not in KTH_LAWS:
+            return text
+        law = resolve_kth_law(self.kth_law)
+        _, best = cheapest_program(self.task, self.arch.with_heads(self.min_heads), law)
+        named = {
+            f"heads {','.join(map(str, self.arch.heads))}": self.exponent,
+            f"the minimum heads {','.join(map(str, self.min_heads))}": best,
+        }
+        return f"{text}; {rate_comparison(named, T)}"
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the program in words)."""
         return {
@@ -166,8 +183,8 @@ class Prediction:
                 f"architecture: heads {','.join(map(str, self.arch.heads))}, "
                 f"E={self.arch.d_model}, positional encoding: {pos}",
                 f"verdict: {self.verdict}",
-                f"exponent alpha(T) = {self.exponent}  (= {self.exponent_at_T:.3g} at "
-                f"T={self.task.T}; parameters ~ eps^-alpha)",
+                f"exponent alpha(T) = {self.exponent} (parameters ~ eps^-alpha): "
+                f"{self.rate_note()}",
                 f"comparisons: {self.comparison_number} tuples of order {self.comparison_order}",
                 f"minimum heads per layer for efficiency: {heads}",
                 "program:",

@@ -440,6 +440,7 @@ def render_html(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> str
             f"positions left out; controls in brackets).</p><ul class='verdicts'>{items}</ul>"
         )
     parts.append("<h2>Verdicts</h2>")
+    checks = (summary.get("answer") or {}).get("instruments", {})
     for instrument, by_predictor in summary["comparisons"].items():
         for name, comp in by_predictor.items():
             items = "".join(f"<li>{escape(v)}</li>" for v in comp["verdicts"])
@@ -447,6 +448,16 @@ def render_html(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> str
                 f"<h3>{escape(display_name(name))} · {escape(instrument)}</h3>"
                 f"<ul class='verdicts'>{items}</ul>"
             )
+            threshold = (checks.get(instrument) or {}).get("threshold")
+            if threshold is not None:
+                relation = "&lt;" if threshold["member_when"] == "below" else "≥"
+                score = escape(threshold["score_name"])
+                parts.append(
+                    f"<p class='muted'>Shares count positions with {score} "
+                    f"{relation} {threshold['tau']:.3g} (fixed before comparing); the AUROC "
+                    "ranks the scores without a threshold (see the fixed threshold and the "
+                    "AUROC, above).</p>"
+                )
     if summary.get("crosstab"):
         parts += [
             "<h2>Flow beside decodability, per sample</h2>",

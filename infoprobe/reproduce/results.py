@@ -203,6 +203,32 @@ def format_table(rows: Sequence[Mapping[str, str]]) -> str:
     return "\n".join([line, rule, *body])
 
 
+def rate_notes(results: Mapping[str, Any]) -> list[str]:
+    """For each task of a sweep trained on architectures InfoFlow gives different verdicts,
+    whether its cost law predicts the same rate for them at the task's T, in words
+    (:func:`infoprobe.infoflow.rate_comparison`); a verdict measured where the rates are
+    equal is a constant factor, not the law's separation."""
+    from infoprobe.infoflow import rate_comparison
+    from infoprobe.model import ModelConfig
+    from infoprobe.tasks import task_from_dict
+
+    by_task: dict[str, list[Mapping[str, Any]]] = {}
+    for config in results["configs"]:
+        by_task.setdefault(json.dumps(config["config"]["task"], sort_keys=True), []).append(config)
+    notes = []
+    for configs in by_task.values():
+        if len({c["engine"]["verdict"] for c in configs}) < 2:
+            continue
+        task = task_from_dict(configs[0]["config"]["task"])
+        named = {}
+        for c in configs:
+            model = ModelConfig.from_dict(c["config"]["model"])
+            named.setdefault(c["series"], predict(task, model, search_min_heads=False).exponent)
+        params = ", ".join(f"{k}={v}" for k, v in task.params().items() if k not in ("seed",))
+        notes.append(f"{task.name} {params}: {rate_comparison(named, task.T)}")
+    return notes
+
+
 def format_summary(results: Mapping[str, Any]) -> str:
     """Everything printed at the end of a sweep: header, departures, table, checks."""
     lines = [
@@ -218,6 +244,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
         "",
         format_table(table_rows(results)),
         "",
+        *(f"rate: {note}" for note in rate_notes(results)),
     ]
     for check in results["checks"]:
         state = {True: "PASS", False: "FAIL", None: "n/a "}[check["passed"]]
