@@ -69,8 +69,8 @@ SUFFIX_ROOM = len(".tmp-") + 10
 
 LOCK_SUFFIX = ".infoprobe-lock"
 
-_held: dict[str, tuple[int, int]] = {}
-"""Lock files this process holds: path -> (file descriptor, depth)."""
+_held: dict[str, int] = {}
+"""Outputs whose lock this process holds: path -> the lock file's descriptor."""
 
 
 class OutputBusyError(OSError):
@@ -124,15 +124,10 @@ def output_lock(path: str | os.PathLike) -> Iterator[None]:
     again when the lock is let go if they are still empty."""
     path = Path(path)
     key = _key(path)
-    if key in _held:  # this process already writes it: re-entrant
-        fd, depth = _held[key]
-        _held[key] = (fd, depth + 1)
-        try:
-            yield
-        finally:
-            fd, depth = _held[key]
-            _held[key] = (fd, depth - 1)
+    if key in _held:  # this process already writes it (an outer writer): re-entrant
+        yield
         return
+    check_writable(path)
     made = _make_parents(path.parent)
     lock = lock_path(path)
     try:
@@ -140,7 +135,7 @@ def output_lock(path: str | os.PathLike) -> Iterator[None]:
     except BaseException:
         _remove_empty(made)
         raise
-    _held[key] = (fd, 1)
+    _held[key] = fd
     try:
         yield
     finally:
