@@ -6,8 +6,10 @@ whenever the layout changes), ``created`` (when the file was written, ISO 8601 U
 ``2026-01-31T12:00:00Z``),
 ``infoprobe_version`` and ``axes`` (list of the axis names the file's arrays use, from
 :data:`AXES`, in order of first appearance). Every HDF5 array dataset also carries its own
-``axes`` attribute and the same names as HDF5 dimension labels, so h5py, ``h5dump`` and
-xarray show them.
+``axes`` attribute and the same names as HDF5 dimension labels, which h5py
+(``[d.label for d in ds.dims]``), ``h5dump -H`` and HDFView show; xarray's HDF5 engines
+read dimension scales instead and name the axes ``phony_dim_*`` (docs/conventions.md
+gives the one line that names them from the labels).
 
 This module is the hub's one header helper. The leaves cannot import the hub, so
 ``infoprobe.hooks`` (hooks/hdf5.py) and ``infoprobe.probes`` (probes/results.py) keep a
