@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from infoprobe import __version__
 from infoprobe.atomic import atomic_output
+from infoprobe.errors import UsageError
 from infoprobe.header import check_header, make_header
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
@@ -214,6 +215,13 @@ def load_checkpoint(
     """
     from infoprobe.tasks import task_from_dict  # hub → pillar, imported where needed
 
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise UsageError(
+            f"load_checkpoint: device: expected a torch device such as 'cpu', 'cuda' or "
+            f"'cuda:0', got {device!r}"
+        ) from None
     path = Path(path)
     meta = read_checkpoint_meta(path, require_task=task is None)
     if task is not None and "task" in meta and meta["task"] != task.to_dict():
@@ -296,11 +304,14 @@ def _read_weights(weights: Path, model: InfoFlowTransformer, meta_path: Path) ->
 def check_tensors(
     state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], where: str
 ) -> None:
-    """Refuse tensors of another dtype than the model's, or holding NaN, inf or a
+    """Refuse tensors of another kind of dtype than the model's (integer weights where it
+    has floating ones: never cast silently; float64 weights of a model trained in double
+    precision are floating and load as the model's float32), or holding NaN, inf or a
     magnitude above :data:`MAX_WEIGHT`, naming the tensor (``where``: the file or model)."""
     for name, want in expected.items():
         tensor = state[name]
-        if tensor.dtype != want.dtype:
+        floating = want.is_floating_point() and tensor.is_floating_point()
+        if tensor.dtype != want.dtype and not floating:
             raise CheckpointError(
                 f"{where}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}"
                 f", expected {str(want.dtype).removeprefix('torch.')} (no silent cast)"
@@ -331,9 +342,7 @@ def with_task(source: str | Path, dest: str | Path, task: Task) -> Path:
     ck = load_checkpoint(source, task=task)
     meta = {k: v for k, v in ck.meta.items() if k != "format_version"}  # schema 1's version
     meta.update(make_header(FORMAT, SCHEMA_VERSION))  # a new file: this schema's header
-    with atomic_output(
-        dest, overwrite=True, directory=True, what="checkpoint", kind=FORMAT
-    ) as tmp:
+    with atomic_output(dest, overwrite=True, directory=True, what="checkpoint", kind=FORMAT) as tmp:
         (tmp / WEIGHTS).write_bytes((Path(source) / WEIGHTS).read_bytes())
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
     return Path(dest)

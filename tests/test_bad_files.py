@@ -312,9 +312,17 @@ def test_save_checkpoint_refuses_what_load_would_refuse(tmp_path):
         next(model.parameters()).view(-1)[0] = float("nan")
     with pytest.raises(CheckpointError, match="finite"):
         save_checkpoint(tmp_path / "b", model, TASK)
-    with pytest.raises(CheckpointError, match="float64"):
-        save_checkpoint(tmp_path / "c", InfoFlowTransformer(MODEL).double(), TASK)
+    huge = InfoFlowTransformer(MODEL)
+    with torch.no_grad():
+        next(huge.parameters()).mul_(1e30)
+    with pytest.raises(CheckpointError, match="magnitude"):
+        save_checkpoint(tmp_path / "c", huge, TASK)
     assert list(tmp_path.iterdir()) == []
+    # weights of a model trained in double precision are floating: saved and loaded
+    double = InfoFlowTransformer(MODEL).double()
+    loaded = load_checkpoint(save_checkpoint(tmp_path / "d", double, TASK)).model
+    first = next(iter(double.state_dict()))
+    torch.testing.assert_close(loaded.state_dict()[first], double.state_dict()[first].float())
 
 
 # --- predict --cache refuses non-finite inputs and patterns ----------------------------
