@@ -62,6 +62,7 @@ def test_summary_numbers_match_the_files(run_dir):
     assert summary.val_nmse == ck.meta["metrics"]["val_nmse"]
     assert summary.verdict == predict(TASK, MODEL).verdict == "efficient"
     assert summary.exponent == str(predict(TASK, MODEL).exponent)
+    assert "  rate: α = 1 at T=5, E=16" in summary.lines()  # efficient: alpha 1 at its size
     # the orientation of every comparison is printed with the agreement behind it
     chosen = read_sets(out / "pred.h5").provenance["orientation"]
     line = next(x for x in summary.lines() if x.startswith("  orientation: "))
