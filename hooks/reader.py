@@ -351,7 +351,13 @@ class CacheFile:
             dtype: convert activations to this dtype (default float32; None keeps the
                 storage dtype).
         """
-        names = self.hook_names if names is None else list(names)
+        names = (
+            self.hook_names if names is None else [names] if isinstance(names, str) else list(names)
+        )
+        if block_size is not None and (
+            isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1
+        ):
+            raise CacheError(f"block_size: expected None or an integer >= 1, got {block_size!r}")
         stop = self.n if stop is None else stop
         if not 0 <= start <= stop <= self.n:
             raise CacheError(f"{self.path}: sample range [{start}, {stop}) outside [0, {self.n})")
@@ -383,6 +389,11 @@ class CacheFile:
         both names), so ``cache["resid_pre", 1]`` and ``accumulated_resid()`` work.
         Block indices out of range raise :class:`UnknownSiteError` naming the blocks.
         """
+        if not isinstance(model, HookedRootModule):
+            raise TypeError(
+                f"to_activation_cache: model: expected the HookedRootModule the cache was "
+                f"made from, got {type(model).__name__}"
+            )
         names = self.hook_names if names is None else list(names)
         rows = (
             slice(*samples.indices(self.n))

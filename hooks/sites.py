@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from infoprobe.hooks.errors import UnknownSiteError
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
+_HOOK_NAME = re.compile(r"^(\w+\.)*hook_\w+$")
 
 PRESET_PATTERNS: dict[str, tuple[str, ...]] = {
     "residual": (
@@ -127,6 +128,27 @@ def _valid_help(valid: Sequence[str] = ()) -> str:
 def _match(patterns: Sequence[str], valid: Sequence[str]) -> list[str]:
     compiled = [re.compile(p) for p in patterns]
     return [name for name in valid if any(c.search(name) for c in compiled)]
+
+
+def check_site_spec(sites: str | Sequence[str]) -> None:
+    """Refuse, without a model, a site spec no model could resolve: a token that is not a
+    preset, a valid ``re:<regex>`` or a hook name (a dotted name ending in ``hook_...``)
+    raises :class:`UnknownSiteError`. :func:`resolve_sites` still checks the names
+    against the model."""
+    if not isinstance(sites, str | Sequence):
+        raise UnknownSiteError(f"sites: expected a string or a list of tokens, got {sites!r}")
+    for token in _split_spec(sites):
+        if token in PRESET_PATTERNS:
+            continue
+        if token.startswith(REGEX_PREFIX):
+            try:
+                re.compile(token[len(REGEX_PREFIX) :])
+            except re.error as err:
+                raise UnknownSiteError(
+                    f"hook site regex {token!r} is invalid: {err}; {_valid_help()}"
+                ) from None
+        elif not _HOOK_NAME.match(token):
+            raise UnknownSiteError(f"unknown hook site {token!r}: {_valid_help()}")
 
 
 def resolve_sites(valid: Iterable[str], sites: str | Sequence[str]) -> list[str]:

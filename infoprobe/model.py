@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
@@ -30,6 +31,10 @@ POS_ENCODINGS = ("none", "learned", "sinusoidal")
 
 class ConfigError(ValueError):
     """A model configuration field has an invalid value."""
+
+
+class ModelInputError(ValueError):
+    """The input of a forward pass has the wrong type, dtype or shape."""
 
 
 MAX_SEED = 2**63 - 1
@@ -191,6 +196,11 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
+        if not isinstance(d, Mapping):
+            raise TypeError(
+                f"ModelConfig.from_dict: d: expected a dict of config fields, got "
+                f"{type(d).__name__} {d!r:.80}"
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -373,10 +383,17 @@ class InfoFlowTransformer(HookedRootModule):
         self.setup()
 
     def forward(self, x: torch.Tensor, stop_at_layer: int | None = None) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x: expected a torch.Tensor [batch, T, d], got {type(x).__name__}")
         if x.ndim != 3 or x.shape[1:] != (self.cfg.n_ctx, self.cfg.d_in):
-            raise ValueError(
+            raise ModelInputError(
                 f"input x must have shape [batch, T={self.cfg.n_ctx}, d={self.cfg.d_in}], "
                 f"got {list(x.shape)}"
+            )
+        if x.dtype != self.embed.W_E.dtype:
+            raise ModelInputError(
+                f"input x has dtype {x.dtype}, expected the weights' dtype "
+                f"{self.embed.W_E.dtype} (convert it with x.to({self.embed.W_E.dtype}))"
             )
         resid = self.hook_embed(self.embed(x))
         if self.pos_embed is not None:

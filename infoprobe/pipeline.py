@@ -44,6 +44,7 @@ from infoprobe.header import check_header, make_header, with_header
 from infoprobe.hooks import FORMAT as CACHE_FORMAT
 from infoprobe.hooks import layer_sites, open_cache, resolve_sites
 from infoprobe.hooks.hdf5 import json_differences
+from infoprobe.hooks.sites import check_site_spec
 from infoprobe.influence import InfluenceSettings, influence_for_cache
 from infoprobe.influence.store import FORMAT as INFLUENCE_FORMAT
 from infoprobe.infoflow import as_architecture, predict, read_sets, write_sets
@@ -106,6 +107,7 @@ class RunSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise RunFolderError(f"RunSettings.{name}: expected an integer >= 1, got {value!r}")
+        check_site_spec(self.sites)  # the names are checked against the model later
         ProbeSettings(probe=self.probe, device=self.device)  # raises on an unknown probe
         make_split(self.n_cache)  # raises when the probes' split would be too small
 

@@ -32,7 +32,12 @@ from infoprobe.probes.controls import (
     control_level,
     shuffled_pairing,
 )
-from infoprobe.probes.errors import ControlMismatchError, MissingSiteError, ProbeInputError
+from infoprobe.probes.errors import (
+    ControlMismatchError,
+    MissingSiteError,
+    ProbeInputError,
+    SplitTooSmallError,
+)
 from infoprobe.probes.linear import LinearProbeScores, ProbeTargets, fit_linear_probes
 from infoprobe.probes.metrics import identification_hits
 from infoprobe.probes.mlp import MLPProbeFit, fit_mlp_probe_sets
@@ -41,7 +46,14 @@ from infoprobe.probes.query import QueryProbeFit, fit_query_probe_sets
 from infoprobe.probes.results import FORMAT as RESULTS_FORMAT
 from infoprobe.probes.results import ProbeResults
 from infoprobe.probes.ridge import DEFAULT_ALPHAS
-from infoprobe.probes.split import DEFAULT_FRACTIONS, TEST, TRAIN, VAL, make_split
+from infoprobe.probes.split import (
+    DEFAULT_FRACTIONS,
+    TEST,
+    TRAIN,
+    VAL,
+    check_fractions,
+    make_split,
+)
 from infoprobe.probes.targets import AttentionRole, gather_partner_inputs, role_partners
 from infoprobe.probes.validate import check_finite
 
@@ -118,6 +130,10 @@ class ProbeSettings:
                 f"targets 'roles': expected probe 'linear', got {self.probe!r} "
                 "(role targets use the streamed ridge probes)"
             )
+        try:
+            check_fractions(self.fractions)
+        except SplitTooSmallError as err:
+            raise ProbeInputError(f"fractions: {err}") from None
         if not isinstance(self.budget, TrainingBudget):
             raise ProbeInputError(
                 f"budget: expected a TrainingBudget, got {type(self.budget).__name__} "

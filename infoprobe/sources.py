@@ -12,6 +12,7 @@ intersected), so predictions, decodability and flow line up sample by sample.
 from __future__ import annotations
 
 import os
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 from infoprobe import instruments
 from infoprobe.checkpoint import read_checkpoint_meta
 from infoprobe.compare import Comparison, Crosstab, Observations, compare, crosstab, headline
+from infoprobe.errors import UsageError
 from infoprobe.heads import ObservedProgram, observed_program
 from infoprobe.hooks import open_cache
 from infoprobe.influence import flow_threshold, read_influence
@@ -192,6 +194,11 @@ def load_sources(
     Raises ProvenanceError when the files were not made from the same task, data seed,
     samples or model, SourceError when something needed is missing.
     """
+    if score not in typing.get_args(instruments.ScoreKind):
+        raise UsageError(
+            f"load_sources: score: expected one of {typing.get_args(instruments.ScoreKind)}, "
+            f"got {score!r}"
+        )
     pred_path = Path(pred_path)
     if probes_path is None and not influence_paths:
         raise SourceError("nothing to compare: give probe results and/or influence files")

@@ -467,6 +467,17 @@ def finish(task: Task, cfg: TrainConfig, tracker: EvalTracker, start: float) -> 
     return result
 
 
+def check_arguments(task: Task, model_cfg: ModelConfig, cfg: TrainConfig) -> None:
+    """TypeError naming the argument unless ``task`` is a task (a :class:`Task` or an
+    object with its ``sample``, ``T`` and ``d``), ``model_cfg`` a :class:`ModelConfig`
+    and ``cfg`` a :class:`TrainConfig`."""
+    if not all(hasattr(task, name) for name in ("sample", "T", "d")):
+        raise TypeError(f"task: expected a Task, got {type(task).__name__}")
+    for name, value, kind in (("model_cfg", model_cfg, ModelConfig), ("cfg", cfg, TrainConfig)):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name}: expected a {kind.__name__}, got {type(value).__name__}")
+
+
 def train(
     task: Task,
     model_cfg: ModelConfig,
@@ -481,6 +492,7 @@ def train(
     evaluation, for callers that cannot show a bar (parallel runs).
     Raises :class:`NonFiniteLossError` (with the last good state) if the loss diverges.
     """
+    check_arguments(task, model_cfg, cfg)
     model, opt, sched = setup_training(task, model_cfg, cfg)
     data = data_streams(task, cfg)
     standardise_targets(model, data.y_val)

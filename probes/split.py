@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from infoprobe.probes.errors import SplitTooSmallError
@@ -10,6 +12,26 @@ TRAIN, VAL, TEST = 0, 1, 2
 SPLIT_NAMES = ("train", "val", "test")
 DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
 MIN_SPLIT_SAMPLES = (8, 2, 2)
+
+
+def check_fractions(fractions: Sequence[float]) -> np.ndarray:
+    """``fractions`` as float64 [3] if they are (train, val, test) split fractions: three
+    finite non-negative numbers summing to 1; else :class:`SplitTooSmallError`."""
+    try:
+        fr = np.asarray(fractions, dtype=float)
+    except (TypeError, ValueError):
+        fr = np.full(0, np.nan)
+    if (
+        fr.shape != (3,)
+        or not np.isfinite(fr).all()
+        or (fr < 0).any()
+        or not np.isclose(fr.sum(), 1.0)
+    ):
+        raise SplitTooSmallError(
+            f"split fractions: expected three non-negative numbers summing to 1 "
+            f"(train, val, test), got {fractions!r}"
+        )
+    return fr
 
 
 def make_split(
@@ -32,12 +54,7 @@ def make_split(
     Returns:
         int8 labels ``[n]`` with values in {0, 1, 2}.
     """
-    fr = np.asarray(fractions, dtype=float)
-    if fr.shape != (3,) or (fr < 0).any() or not np.isclose(fr.sum(), 1.0):
-        raise SplitTooSmallError(
-            f"split fractions: expected three non-negative numbers summing to 1 "
-            f"(train, val, test), got {tuple(fractions)}"
-        )
+    fr = check_fractions(fractions)
     n_val, n_test = round(n * fr[1]), round(n * fr[2])
     counts = (n - n_val - n_test, n_val, n_test)
     for name, count, least in zip(SPLIT_NAMES, counts, min_samples, strict=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands.argtypes import device
 from infoprobe.commands.run import add_analysis_arguments, run_settings_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.pipeline import probe_checkpoint
@@ -29,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("checkpoint", help="checkpoint folder (model.safetensors + checkpoint.json)")
     p.add_argument("--out", required=True, help="run folder")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument(
+        "--device", type=device, default="cpu", help="torch device (default: %(default)s)"
+    )
     add_task_arguments(p, required=False)
     add_analysis_arguments(p)
     p.set_defaults(func=run)

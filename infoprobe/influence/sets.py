@@ -32,17 +32,19 @@ def flow_sets(scores: np.ndarray, fraction: float = DEFAULT_FLOW_FRACTION) -> np
     """Flow sets from per-sample scores.
 
     Args:
-        scores: g, float [L+1, n, T+1, T] (layer, sample, token, position); also accepts the
-            aggregate [L+1, T+1, T] (any leading axes; the last axis is the T positions).
+        scores: g, float [L+1, n, T+1, T] (layer, sample, token, position).
         fraction: r, the fraction of the uniform share 1/T a position must reach.
 
     Returns:
-        bool [..., T+1]: the input's shape with the CLS column (position T) appended, always
-        False (CLS has no input vector to nudge), e.g. [L+1, n, T+1, T+1].
+        bool [L+1, n, T+1, T+1]: the scores' shape with the CLS column (position T)
+        appended, always False (CLS has no input vector to nudge).
     """
     scores = np.asarray(scores)
-    if scores.ndim < 2:
-        raise InfluenceError(f"flow_sets: scores must be [..., T+1, T], got {list(scores.shape)}")
+    if scores.ndim != 4 or scores.shape[-2] != scores.shape[-1] + 1:
+        raise InfluenceError(
+            "flow_sets: scores: expected per-sample scores [L+1, n, T+1, T], got shape "
+            f"{list(scores.shape)}"
+        )
     member = scores >= flow_threshold(scores.shape[-1], fraction)
     pad = np.zeros((*member.shape[:-1], 1), dtype=bool)
     return np.concatenate([member, pad], axis=-1)

@@ -124,6 +124,13 @@ class Prediction:
         """Predicted sets on inputs ``x`` float ``[n, T, d]``: bool ``[L+1, n, T+1, T+1]``
         (layer, sample, token, position; CLS = token/position T)."""
         x = self.task.check_inputs(x)
+        bad = ~np.isfinite(x)
+        if bad.any():
+            sample = int(np.argwhere(bad)[0][0])
+            raise InfoFlowError(
+                f"sets: x: expected finite inputs, got {int(bad.sum())} NaN or infinite "
+                f"value(s) (the first in sample {sample})"
+            )
         return execute(self.program, x, chunk=chunk, progress=progress)
 
     def program_text(self) -> str:
@@ -250,6 +257,10 @@ def predict(
     mirror (:func:`resolve_orientation`; None: all declared); it changes which key each
     retrieval picks, never the program's shape, cost or verdict.
     """
+    if not isinstance(task, Task):
+        raise TypeError(
+            f"predict: task: expected a Task (infoprobe.tasks.make_task), got {type(task).__name__}"
+        )
     architecture = as_architecture(arch, **arch_kwargs)
     if hasattr(arch, "n_ctx") and arch.n_ctx != task.T:
         raise InfoFlowError(
