@@ -130,6 +130,12 @@ class ProbeSettings:
                 f"targets 'roles': expected probe 'linear', got {self.probe!r} "
                 "(role targets use the streamed ridge probes)"
             )
+        ranks = tuple(self.ranks) if isinstance(self.ranks, tuple | list) else ()
+        if not ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1
+                                for r in ranks):  # fmt: skip
+            raise ProbeInputError(
+                f"ranks: expected one or more integer attention ranks >= 1, got {self.ranks!r}"
+            )
         try:
             check_fractions(self.fractions)
         except SplitTooSmallError as err:

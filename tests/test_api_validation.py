@@ -151,3 +151,9 @@ def test_run_settings_keep_sites_a_model_may_have():
 def test_probe_settings_refuse_split_fractions_that_are_not_a_split(fractions):
     with pytest.raises(ProbeInputError, match=r"fractions: .*summing to 1"):
         ProbeSettings(fractions=fractions)
+
+
+@pytest.mark.parametrize("ranks", [(), (0,), (1.5,), (True,)])
+def test_probe_settings_refuse_ranks_that_are_not_ranks(ranks):
+    with pytest.raises(ProbeInputError, match=r"ranks: expected one or more integer .* >= 1"):
+        ProbeSettings(targets="roles", ranks=ranks)

@@ -314,3 +314,14 @@ def test_compare_refuses_rollout_values_as_the_line_is_parsed(
 ):
     argv = ["pred.h5", "probes.h5", "--out", "c.json", "--rollout", *extra]
     assert_refused(monkeypatch, capsys, tmp_path, "compare", argv, words)
+
+
+@pytest.mark.parametrize("ranks", ["", "0", "1.5", "1,-2"])
+def test_probe_refuses_attention_ranks_that_are_not_ranks(monkeypatch, capsys, tmp_path, ranks):
+    """A rank is a positive integer (1 = most attended key): '1.5' used to read as 1 and
+    '' as no ranks at all."""
+    cache = tmp_path / "acts.h5"
+    cache.write_bytes(b"stand-in")
+    argv = [str(cache), "--out", str(tmp_path / "probes.h5"), "--targets", "roles",
+            "--ranks", ranks]  # fmt: skip
+    assert_refused(monkeypatch, capsys, tmp_path, "probe", argv, ["--ranks", repr(ranks)])

@@ -12,6 +12,7 @@ from infoprobe.commands.argtypes import (
     finite_float,
     positive_float,
     positive_int,
+    positive_int_list,
     seed,
 )
 from infoprobe.errors import UsageError
@@ -86,7 +87,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0,
         help="seed of the split and shuffled control (%(default)s)",
     )
-    p.add_argument("--ranks", default="1,2", help="attention ranks of role targets (1,2)")
+    p.add_argument(
+        "--ranks",
+        type=positive_int_list,
+        default="1,2",
+        help="attention ranks of role targets, 1 = most attended key (1,2)",
+    )
     p.add_argument(
         "--tau", type=finite_float, default=DEFAULT_TAU, help=f"R² threshold ({DEFAULT_TAU})"
     )
@@ -169,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         fractions=(split[0], split[1], split[2]),
         split_seed=args.seed,
         shuffle_seed=args.seed,
-        ranks=tuple(int(r) for r in _floats(args.ranks, "--ranks")),
+        ranks=tuple(args.ranks),
         block_size=args.block_size,
         thresholds=Thresholds(tau=args.tau, margin=args.margin, tau_sample=args.tau_sample),
         mlp_hidden=args.hidden,
