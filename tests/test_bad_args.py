@@ -325,3 +325,12 @@ def test_probe_refuses_attention_ranks_that_are_not_ranks(monkeypatch, capsys, t
     argv = [str(cache), "--out", str(tmp_path / "probes.h5"), "--targets", "roles",
             "--ranks", ranks]  # fmt: skip
     assert_refused(monkeypatch, capsys, tmp_path, "probe", argv, ["--ranks", repr(ranks)])
+
+
+def test_compare_refuses_a_rollout_threshold_that_empties_every_set(monkeypatch, capsys, tmp_path):
+    from test_report import write_pipeline_files
+
+    files = write_pipeline_files(tmp_path / "files")
+    argv = [str(files / "pred.h5"), str(files / "probes.h5"), "--cache", str(files / "acts.h5"),
+            "--rollout", "--rollout-threshold", "1000", "--out", str(tmp_path / "c")]  # fmt: skip
+    assert_refused(monkeypatch, capsys, tmp_path, "compare", argv, ["at most T+1", "1000"])
