@@ -36,6 +36,7 @@ from infoprobe.train import (
     EvalTracker,
     TrainConfig,
     TrainingError,
+    TrainingThreads,
     TrainResult,
     check_memory_fits,
     compiled,
@@ -255,13 +256,16 @@ class Ensemble:
         if self.active:
             self.stack.keep(keep)
 
-    def step(self, step: int) -> None:
-        """One training step (0-based ``step``) of every active member."""
+    def draw(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every active member's next training batch: x [A, b, T, d], y [A, b, d_out]."""
         batches = [
             draw_batch(self.task, a.cfg, a.data.train_rng, a.data.fixed) for a in self.active
         ]
-        x = torch.stack([b[0] for b in batches])
-        y = torch.stack([b[1] for b in batches])
+        return torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+
+    def step(self, step: int) -> None:
+        """One training step (0-based ``step``) of every active member."""
+        x, y = self.draw()
         loss = self.losses(self.stack.flat, self.stack.buffers, x, y)
         finite = torch.isfinite(loss).tolist()
         if not all(finite):
@@ -311,6 +315,7 @@ def train_ensemble(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     on_member_done: Callable[[int, TrainResult], None] | None = None,
+    threads: int | str | None = None,
 ) -> list[TrainResult]:
     """Train one model per entry of ``cfgs`` as one batched group; return their results
     in the order of ``cfgs``.
@@ -322,6 +327,8 @@ def train_ensemble(
     is called as soon as member ``m`` finishes, so a caller can save it before the rest
     end. ``seconds`` of a result is the group's wall time until that member finished.
     ``log`` receives one line per member evaluation, prefixed with ``[seed S]``.
+    ``threads``: torch CPU threads, as for :func:`~infoprobe.train.train` (``"auto"``
+    re-checks the free cores every ``eval_every`` steps).
     """
     cfgs = list(cfgs)
     if isinstance(model_cfgs, ModelConfig):
@@ -330,9 +337,15 @@ def train_ensemble(
     steps = max(c.steps for c in cfgs)
     desc = f"train {task.name} x{len(cfgs)}"
     bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=1.0)
-    for step in bar:
-        group.step(step)
-        if not group.active:
-            break
-        bar.set_postfix(active=len(group.active))
+    cpu = TrainingThreads(threads)
+    try:
+        for step in bar:
+            group.step(step)
+            if not group.active:
+                break
+            bar.set_postfix(active=len(group.active))
+            if (step + 1) % cfgs[0].eval_every == 0:
+                cpu.check()
+    finally:
+        cpu.close()
     return group.results

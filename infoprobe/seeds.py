@@ -127,12 +127,14 @@ def train_seeds(
     overwrite: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    threads: int | str | None = None,
 ) -> dict[str, Any]:
     """Train ``cfg`` with every seed of ``seeds`` as one batched ensemble and write the
     folder ``out`` (module docstring); return the summary (the content of summary.json).
 
     Seeds already finished in ``out`` are kept and not trained again. A seed whose loss
-    became non-finite keeps its last good model; its ``stopped`` says so.
+    became non-finite keeps its last good model; its ``stopped`` says so. ``threads``:
+    torch CPU threads, as for :func:`~infoprobe.train.train`.
     """
     out, seeds = Path(out), [int(s) for s in seeds]
     if len(set(seeds)) != len(seeds):
@@ -162,5 +164,7 @@ def train_seeds(
 
     if todo:
         cfgs = [replace(cfg, seed=s) for s in todo]
-        train_ensemble(task, model_cfg, cfgs, progress=progress, log=log, on_member_done=save)
+        train_ensemble(
+            task, model_cfg, cfgs, progress=progress, log=log, on_member_done=save, threads=threads
+        )
     return json.loads((out / SUMMARY).read_text())

@@ -409,6 +409,61 @@ def compiled(fn: Callable, enabled: bool, what: str = "training step") -> Callab
     return call
 
 
+def affinity_cores() -> int:
+    """CPU cores this process may run on (its affinity set; all cores where unknown)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def free_cores(own_load: float = 0.0) -> int:
+    """Cores of this process's affinity set that other work leaves free: the affinity
+    count minus the 1-minute load average, less ``own_load`` (this process's own mean
+    CPU use, which the load average counts too), rounded, at least 1."""
+    cores = affinity_cores()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return cores
+    others = max(0.0, load - own_load)
+    return max(1, min(cores, math.floor(cores - others + 0.5)))
+
+
+class TrainingThreads:
+    """Torch CPU threads for one training run; the caller's count is restored by
+    :meth:`close`.
+
+    ``threads``: None leaves torch's setting alone; an int sets that many; ``"auto"``
+    sets :func:`free_cores` (at most the affinity set) now and again at every
+    :meth:`check`, taking this process's own CPU use since the last check out of the
+    load. Threads beyond the free cores cost more than they give: each parallel kernel
+    ends at a barrier where OpenMP threads spin while a descheduled one holds them up.
+    """
+
+    def __init__(self, threads: int | str | None):
+        if threads is not None and threads != "auto" and not (_is_int(threads) and threads >= 1):
+            raise TrainingError(f"threads must be None, 'auto' or an integer >= 1, got {threads!r}")
+        self.auto, self.old = threads == "auto", torch.get_num_threads()
+        if self.auto:
+            torch.set_num_threads(free_cores())
+            self.wall, self.cpu = time.perf_counter(), time.process_time()
+        elif threads is not None:
+            torch.set_num_threads(int(threads))
+
+    def check(self) -> None:
+        """With ``"auto"``: set the threads to the cores free now."""
+        if not self.auto:
+            return
+        wall, cpu = time.perf_counter(), time.process_time()
+        own = max(0.0, cpu - self.cpu) / max(wall - self.wall, 1e-9)
+        self.wall, self.cpu = wall, cpu
+        if (n := free_cores(own)) != torch.get_num_threads():
+            torch.set_num_threads(n)
+
+    def close(self) -> None:
+        torch.set_num_threads(self.old)
+
+
 def is_eval_step(step: int, cfg: TrainConfig) -> bool:
     """Whether 0-based ``step`` ends with a validation evaluation."""
     return (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps
@@ -485,11 +540,14 @@ def train(
     *,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    threads: int | str | None = None,
 ) -> TrainResult:
     """Train an :class:`InfoFlowTransformer` on ``task``; return the best model.
 
     ``progress`` shows a tqdm bar; ``log`` (if given) also receives one line per
-    evaluation, for callers that cannot show a bar (parallel runs).
+    evaluation, for callers that cannot show a bar (parallel runs). ``threads``: torch
+    CPU threads for the run (:class:`TrainingThreads`; ``"auto"`` follows the cores
+    other work leaves free, re-checked at every evaluation).
     Raises :class:`NonFiniteLossError` (with the last good state) if the loss diverges.
     """
     check_arguments(task, model_cfg, cfg)
@@ -501,22 +559,27 @@ def train(
     tracker = EvalTracker(cfg, result, copy.deepcopy(model.state_dict()))
     start = time.perf_counter()
     bar = tqdm(range(cfg.steps), desc=f"train {task.name}", disable=not progress, mininterval=1.0)
-    for step in bar:
-        x, y = draw_batch(task, cfg, data.train_rng, data.fixed)
-        loss = batch_loss(model, x, y, forward)
-        if not torch.isfinite(loss):
-            model.load_state_dict(tracker.best_state)
-            result.stopped = f"non-finite loss at step {step}"
-            result.seconds = time.perf_counter() - start
-            raise NonFiniteLossError(step, result)
-        optimiser_step(model, opt, sched, loss, cfg)
-        if is_eval_step(step, cfg):
-            val, train_loss = evaluate(model, data.x_val, data.y_val), loss.item()
-            bar.set_postfix(loss=f"{train_loss:.3g}", val_nmse=f"{val:.3g}")
-            state = partial(copy.deepcopy, model.state_dict())
-            if tracker.record(step, train_loss, val, state, log):
-                break
-    return finish(task, cfg, tracker, start)
+    cpu = TrainingThreads(threads)
+    try:
+        for step in bar:
+            x, y = draw_batch(task, cfg, data.train_rng, data.fixed)
+            loss = batch_loss(model, x, y, forward)
+            if not torch.isfinite(loss):
+                model.load_state_dict(tracker.best_state)
+                result.stopped = f"non-finite loss at step {step}"
+                result.seconds = time.perf_counter() - start
+                raise NonFiniteLossError(step, result)
+            optimiser_step(model, opt, sched, loss, cfg)
+            if is_eval_step(step, cfg):
+                val, train_loss = evaluate(model, data.x_val, data.y_val), loss.item()
+                bar.set_postfix(loss=f"{train_loss:.3g}", val_nmse=f"{val:.3g}")
+                state = partial(copy.deepcopy, model.state_dict())
+                if tracker.record(step, train_loss, val, state, log):
+                    break
+                cpu.check()
+        return finish(task, cfg, tracker, start)
+    finally:
+        cpu.close()
 
 
 def check_output_folder(path: Path, overwrite: bool = False, what: str = "checkpoint") -> None:
@@ -539,9 +602,10 @@ def train_and_save(
     overwrite: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    threads: int | str | None = None,
 ) -> TrainResult:
-    """Train, then write the checkpoint folder ``out`` (refused up front if it exists or
-    cannot be written: see :func:`check_output_folder`).
+    """Train (``threads``: see :func:`train`), then write the checkpoint folder ``out``
+    (refused up front if it exists or cannot be written: see :func:`check_output_folder`).
 
     If the loss diverges, the last good model is still saved (its metrics record where
     training stopped) before :class:`NonFiniteLossError` propagates.
@@ -560,7 +624,7 @@ def train_and_save(
 
     check_output_folder(Path(out), overwrite)
     try:
-        result = train(task, model_cfg, cfg, progress=progress, log=log)
+        result = train(task, model_cfg, cfg, progress=progress, log=log, threads=threads)
     except NonFiniteLossError as err:
         save(err.result)
         raise

@@ -9,6 +9,8 @@ predictions, which do not depend on ``b_K``, agree to 1e-4.
 
 from __future__ import annotations
 
+import os
+import time
 import warnings
 from dataclasses import replace
 
@@ -19,7 +21,14 @@ import torch
 from infoprobe.ensemble import EnsembleError, train_ensemble
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train import NonFiniteLossError, TrainConfig, train
+from infoprobe.train import (
+    NonFiniteLossError,
+    TrainConfig,
+    TrainingError,
+    TrainingThreads,
+    free_cores,
+    train,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -165,3 +174,60 @@ def test_a_platform_that_cannot_compile_falls_back_to_eager(monkeypatch):
         fallback.model.state_dict(), eager.model.state_dict(), atol=0, rtol=0
     )
     assert_same_run(eager, group[0], weights=1e-5, preds=1e-4)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """A machine of 4 cores whose 1-minute load average the test sets."""
+    state = {"load": 0.0}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (state["load"], 0.0, 0.0))
+    return state
+
+
+@pytest.mark.parametrize(
+    ("load", "own", "free"),
+    [(0.0, 0.0, 4), (1.4, 0.0, 3), (1.6, 0.0, 2), (9.0, 0.0, 1), (4.0, 4.0, 4), (5.0, 2.0, 1)],
+)
+def test_free_cores_are_the_affinity_set_less_the_load_of_other_work(machine, load, own, free):
+    machine["load"] = load
+    assert free_cores(own) == free
+
+
+def test_training_threads_follow_the_free_cores_and_restore_the_callers(machine, monkeypatch):
+    torch.set_num_threads(1)
+    machine["load"] = 1.0
+    threads = TrainingThreads("auto")
+    assert torch.get_num_threads() == 3
+    # other work starts: 2 more busy cores than this process's own use
+    clock = iter([10.0, 20.0])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(time, "process_time", lambda: 0.0)  # this process used no CPU
+    threads.wall, threads.cpu = 0.0, 0.0
+    machine["load"] = 3.0
+    threads.check()
+    assert torch.get_num_threads() == 1
+    threads.close()
+    assert torch.get_num_threads() == 1
+    fixed = TrainingThreads(2)
+    assert torch.get_num_threads() == 2
+    fixed.check()  # a fixed count never changes
+    assert torch.get_num_threads() == 2
+    fixed.close()
+    assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, "all", 1.5, True])
+def test_a_bad_thread_count_is_refused(bad):
+    with pytest.raises(TrainingError, match="threads must be"):
+        TrainingThreads(bad)
+
+
+def test_training_restores_the_thread_count_when_a_run_diverges():
+    torch.set_num_threads(1)
+    diverging = replace(EXACT, steps=20, lr=1e300, warmup=0, grad_clip=0.0)
+    with pytest.raises(NonFiniteLossError):
+        train(TASK, MODEL, diverging, progress=False, threads=2)
+    assert torch.get_num_threads() == 1
+    train_ensemble(TASK, MODEL, [replace(diverging, steps=5)], progress=False, threads=2)
+    assert torch.get_num_threads() == 1

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
-
 from infoprobe.atomic import OutputExistsError
 from infoprobe.commands.argtypes import seed_list
 from infoprobe.commands.modelargs import (
@@ -86,6 +84,7 @@ def run_seeds(
             args.out,
             overwrite=args.overwrite,
             progress=not args.quiet,
+            threads=args.threads,
         )
     except OutputExistsError as err:
         raise UsageError(f"{err}") from None
@@ -114,13 +113,19 @@ def run(args: argparse.Namespace) -> int:
     task = task_from_args(args)
     model_cfg = model_config_from_args(args, task)
     cfg = train_config_from_args(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    # without --threads: the cores other work leaves free, re-checked as training goes
+    args.threads = args.threads or "auto"
     if args.seeds is not None:
         return run_seeds(args, task, model_cfg, cfg)
     try:
         result = train_and_save(
-            task, model_cfg, cfg, args.out, overwrite=args.overwrite, progress=not args.quiet
+            task,
+            model_cfg,
+            cfg,
+            args.out,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+            threads=args.threads,
         )
     except OutputExistsError as err:
         raise UsageError(f"{err}") from None
