@@ -133,6 +133,7 @@ def delete(name):
             ["'arch'"],
         ),
         (replace_dataset("inputs/x", np.zeros(5, np.float32)), ["/inputs/x", "[N, T, d]"]),
+        (set_attr("prediction", json.dumps({"verdict": 1})), ["'prediction'", "verdict"]),
     ],
 )
 def test_damaged_predicted_sets_are_one_line(files, monkeypatch, capsys, tmp_path, edit, words):
@@ -363,7 +364,8 @@ def test_a_record_field_of_the_wrong_kind_is_refused(tmp_path, field, value, wor
     store = RunStore(tmp_path)
     store.run_dir("r1").mkdir(parents=True)
     record = {"format": RECORD_FORMAT, "schema_version": 2, "run_id": "r1", "seed": 0}
-    record.update({"best_val_nmse": 0.1, "best_step": 2, "history": [], field: value})
+    record.update({"best_val_nmse": 0.1, "test_nmse": 0.2, "best_step": 2, "seconds": 1.0,
+                   "train_seconds": 1.0, "history": [], "analyses": {}, field: value})  # fmt: skip
     (store.run_dir("r1") / RECORD).write_text(json.dumps(record))
     with pytest.raises(ReproduceError) as info:
         store.load("r1")

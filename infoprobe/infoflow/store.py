@@ -168,12 +168,31 @@ def read_sets(path: str | os.PathLike) -> SetsFile:
             f"has T={task.T}, d={task.d}"
         )
     _check_arch(meta["arch"], sets.shape[0] - 1, path)
+    _check_prediction(meta["prediction"], path)
     return SetsFile(sets=sets, x=x, program=program, **meta)
 
 
 def plain_text(value: Any) -> str:
     """An HDF5 string attribute as str."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check_prediction(prediction: dict[str, Any], path: Path) -> None:
+    """Refuse a root attribute ``prediction`` without its text ``verdict`` and ``exponent``
+    or with an ``orientation`` that is not an object of texts (files before orientation
+    was recorded have none)."""
+    wrong = [k for k in ("verdict", "exponent") if not isinstance(prediction.get(k), str)]
+    orientation = prediction.get("orientation")
+    if orientation is not None and not (
+        isinstance(orientation, dict) and all(isinstance(v, str) for v in orientation.values())
+    ):
+        wrong.append("orientation")
+    if wrong:
+        raise SetsFileError(
+            f"{path}: root attribute 'prediction' has field(s) {wrong} of the wrong type or "
+            "missing (expected text verdict and exponent, orientation an object of texts); "
+            "re-run `infoprobe predict`"
+        )
 
 
 def _check_arch(arch: dict[str, Any], n_layers: int, path: Path) -> None:
