@@ -334,3 +334,23 @@ def test_compare_refuses_a_rollout_threshold_that_empties_every_set(monkeypatch,
     argv = [str(files / "pred.h5"), str(files / "probes.h5"), "--cache", str(files / "acts.h5"),
             "--rollout", "--rollout-threshold", "1000", "--out", str(tmp_path / "c")]  # fmt: skip
     assert_refused(monkeypatch, capsys, tmp_path, "compare", argv, ["at most T+1", "1000"])
+
+
+@pytest.mark.parametrize("missing", ["history", "best_val_nmse", "analyses"])
+def test_a_record_missing_a_field_it_is_read_for_is_refused(tmp_path, missing):
+    import json
+
+    from infoprobe.reproduce.grid import ReproduceError
+    from infoprobe.reproduce.runs import RECORD, RECORD_FORMAT, RunStore
+
+    store = RunStore(tmp_path)
+    store.run_dir("r1").mkdir(parents=True)
+    record = {"format": RECORD_FORMAT, "schema_version": 2, "run_id": "r1", "seed": 0,
+              "best_val_nmse": 0.1, "test_nmse": 0.2, "best_step": 2, "seconds": 1.0,
+              "train_seconds": 1.0, "history": [], "analyses": {}}  # fmt: skip
+    (store.run_dir("r1") / RECORD).write_text(json.dumps(record))
+    assert store.load("r1")["history"] == []  # complete: read back
+    del record[missing]
+    (store.run_dir("r1") / RECORD).write_text(json.dumps(record))
+    with pytest.raises(ReproduceError, match=rf"field '{missing}' missing"):
+        store.load("r1")

@@ -165,10 +165,15 @@ numbers: a run that never evaluated has no best NMSE)."""
 
 
 def _check_record_fields(record: dict[str, Any], path: Path) -> None:
-    """Refuse a field of ``RECORD_FIELDS`` of the wrong JSON kind, naming it."""
+    """Refuse a field of ``RECORD_FIELDS`` that is missing or of the wrong JSON kind,
+    naming it (every record, schema 1 included, was written with all of them)."""
     for name, kind in RECORD_FIELDS.items():
+        article = "an" if kind[0] in "aeiou" else "a"
         if name not in record:
-            continue
+            raise ReproduceError(
+                f"{path}: field {name!r} missing, expected {article} {kind}; delete it to "
+                "re-run this run"
+            )
         value = record[name]
         plain_number = isinstance(value, int | float) and not isinstance(value, bool)
         ok = {
@@ -180,7 +185,7 @@ def _check_record_fields(record: dict[str, Any], path: Path) -> None:
         if not ok:
             raise ReproduceError(
                 f"{path}: field {name!r} is {value!r} ({type(value).__name__}), expected "
-                f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}; delete it to re-run this run"
+                f"{article} {kind}; delete it to re-run this run"
             )
 
 
