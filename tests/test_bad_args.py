@@ -354,3 +354,27 @@ def test_a_record_missing_a_field_it_is_read_for_is_refused(tmp_path, missing):
     (store.run_dir("r1") / RECORD).write_text(json.dumps(record))
     with pytest.raises(ReproduceError, match=rf"field '{missing}' missing"):
         store.load("r1")
+
+
+@pytest.mark.parametrize("split", ["0.5,0.5,0.5", "0.7,0.3", "1.2,-0.1,-0.1", "a,b,c"])
+def test_probe_refuses_a_split_that_is_not_one_as_the_line_is_parsed(
+    monkeypatch, capsys, tmp_path, split
+):
+    cache = tmp_path / "acts.h5"
+    cache.write_bytes(b"stand-in")
+    argv = [str(cache), "--out", str(tmp_path / "probes.h5"), "--split", split]
+    assert_refused(monkeypatch, capsys, tmp_path, "probe", argv, ["argument --split", repr(split)])
+
+
+@pytest.mark.parametrize(
+    "command, argv",
+    [("cache", ["CKPT", "--out", "a.h5"]), ("run", [*TRAIN, "--out", "r"]),
+     ("probe-checkpoint", ["CKPT", "--out", "r"])],
+)  # fmt: skip
+@pytest.mark.parametrize("sites", ["bogus", "re:(", "residual,bogus"])
+def test_sites_no_model_has_are_refused_as_the_line_is_parsed(
+    monkeypatch, capsys, tmp_path, command, argv, sites
+):
+    monkeypatch.chdir(tmp_path)
+    words = ["argument --sites", "hook site"]
+    assert_refused(monkeypatch, capsys, tmp_path, command, [*argv, "--sites", sites], words)

@@ -156,9 +156,11 @@ def test_cli_usage_errors(checkpoint, tmp_path, capsys):
     assert main(["cache", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a.h5")]) == 2
     assert main(["cache", "info", str(tmp_path / "nowhere.h5")]) == 2
     assert "no such file" in capsys.readouterr().err
-    assert (
-        main(["cache", str(checkpoint), "--sites", "bogus", "--out", str(tmp_path / "a.h5")]) == 2
-    )
+    with pytest.raises(SystemExit) as refused:  # no model has it: refused as it is parsed
+        main(["cache", str(checkpoint), "--sites", "bogus", "--out", str(tmp_path / "a.h5")])
+    assert refused.value.code == 2 and "unknown hook site 'bogus'" in capsys.readouterr().err
+    argv = ["cache", str(checkpoint), "--sites", "blocks.9.hook_resid_post"]
+    assert main([*argv, "--out", str(tmp_path / "a.h5")]) == 2  # this model has no block 9
     assert "valid hook names" in capsys.readouterr().err
 
 

@@ -147,3 +147,31 @@ def figure_file(text: str) -> str:
             f"expected a file name ending in one of .{', .'.join(formats)}, got {text!r}"
         )
     return text
+
+
+def split_fractions(text: str) -> tuple[float, float, float]:
+    """``"0.7,0.15,0.15"`` → (0.7, 0.15, 0.15): train, val, test fractions (>= 0, sum 1)."""
+    from infoprobe.probes.errors import SplitTooSmallError
+    from infoprobe.probes.split import check_fractions
+
+    try:
+        values = tuple(float(part) for part in text.split(","))
+        train, val, test = check_fractions(values)
+    except (ValueError, SplitTooSmallError):
+        raise argparse.ArgumentTypeError(
+            f"expected three fractions train,val,test >= 0 summing to 1, got {text!r}"
+        ) from None
+    return float(train), float(val), float(test)
+
+
+def site_spec(text: str) -> str:
+    """Hook sites: presets, ``re:REGEX`` or hook names, comma-separated; a token no model
+    could have is refused here, the names are checked against the model later."""
+    from infoprobe.hooks.errors import UnknownSiteError
+    from infoprobe.hooks.sites import check_site_spec
+
+    try:
+        check_site_spec(text)
+    except UnknownSiteError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text

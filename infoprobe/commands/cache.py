@@ -12,7 +12,7 @@ import json
 import torch
 
 from infoprobe.caching import DATA_SEED_OFFSET, checkpoint_cache_job
-from infoprobe.commands.argtypes import device, positive_int, seed
+from infoprobe.commands.argtypes import device, positive_int, seed, site_spec
 from infoprobe.errors import UsageError
 from infoprobe.hooks import PRESET_PATTERNS, CacheError, CacheFile, open_cache, read_header
 from infoprobe.hooks.schema import DatasetPlan
@@ -81,6 +81,7 @@ def _add_write_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--sites",
+        type=site_spec,
         default="residual,attention",
         help=f"hook sites: presets {sorted(PRESET_PATTERNS)}, hook names or "
         "re:REGEX, comma-separated (default residual,attention)",

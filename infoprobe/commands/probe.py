@@ -14,8 +14,8 @@ from infoprobe.commands.argtypes import (
     positive_int,
     positive_int_list,
     seed,
+    split_fractions,
 )
-from infoprobe.errors import UsageError
 from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.observed import (
     DEFAULT_MARGIN,
@@ -78,6 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--split",
+        type=split_fractions,
         default="0.7,0.15,0.15",
         help="train,val,test fractions, assigned at random by sample (%(default)s)",
     )
@@ -127,18 +128,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _floats(text: str, name: str, count: int | None = None) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{name}: expected numbers, got {text!r}") from None
-    if count is not None and len(values) != count:
-        raise UsageError(f"{name}: expected {count} numbers, got {text!r}")
-    if not all(math.isfinite(v) for v in values):
-        raise UsageError(f"{name}: expected finite numbers, got {text!r}")
-    return values
-
-
 def alpha_grid(text: str) -> tuple[float, ...]:
     """The ridge λ grid: ``LOW:HIGH:COUNT`` (COUNT log-spaced values from LOW to HIGH,
     0 < LOW <= HIGH, COUNT >= 1) or a comma-separated list of values > 0."""
@@ -167,12 +156,11 @@ def alpha_grid(text: str) -> tuple[float, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    split = _floats(args.split, "--split", 3)
     settings = ProbeSettings(
         probe=args.probe,
         targets=args.targets,
         alphas=args.alphas,
-        fractions=(split[0], split[1], split[2]),
+        fractions=args.split,
         split_seed=args.seed,
         shuffle_seed=args.seed,
         ranks=tuple(args.ranks),

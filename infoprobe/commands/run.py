@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from infoprobe.commands.argtypes import positive_int, seed_list
+from infoprobe.commands.argtypes import positive_int, seed_list, site_spec
 from infoprobe.commands.modelargs import (
     add_model_arguments,
     add_train_arguments,
@@ -60,6 +60,7 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--sites",
+        type=site_spec,
         default=d.sites,
         help="hook sites to cache (default: %(default)s; see infoprobe cache --help)",
     )
