@@ -242,3 +242,40 @@ def test_rates_command_refuses_bad_records(monkeypatch, capsys, tmp_path, edit, 
     path = write(tmp_path, "r.json", content)
     argv = [str(path), "--out", str(tmp_path / "fig")]
     assert_refused(monkeypatch, capsys, tmp_path, "rates", argv, words)
+
+
+def test_cost_law_checks_fit_the_sweeps_own_runs(tmp_path):
+    """A tiny cost-law sweep (aggregate-decode T0 = 4 and 6, three widths, one seed, six
+    steps): no run trains, so the exclusion rule leaves nothing to fit and the check is
+    not measurable, never passed. With NMSE planted in the same results, the checks'
+    slope ratio equals the ratio of two independent least-squares slopes over the NMSE
+    and the decoding parameters counted from each model's own weights."""
+    import copy
+
+    from test_reproduce import serial, tiny_profile
+
+    from infoprobe.reproduce import reproduce
+    from infoprobe.reproduce.checks import slope_ratios_cover
+
+    prof = tiny_profile("cost-law", points=range(6), seeds=1)
+    rep = reproduce("cost-law", profile=prof, backend=serial(), out=tmp_path, log=None)
+    configs = rep.results["configs"]
+    passed, detail = slope_ratios_cover(configs, where={"task": "aggregate-decode"})
+    assert passed is None and "excluding 3 run(s) {'did not train': 3}" in detail
+    assert all(c["passed"] is None for c in rep.results["checks"])
+
+    planted = copy.deepcopy(configs)
+    rng = np.random.default_rng(13)
+    slopes = {}
+    for series, slope in (("T0=4", -0.5), ("T0=6", -0.2)):
+        mine = [c for c in planted if c["series"] == series]
+        x = [np.log(parameter_counts(p.model_config())["decoding"])
+             for p in prof.points if p.series == series]  # fmt: skip
+        for c, log_p in zip(mine, x, strict=True):
+            c["runs"][0]["val_nmse"] = float(np.exp(slope * log_p + 0.05 * rng.standard_normal()))
+        y = [np.log(c["runs"][0]["val_nmse"]) for c in mine]
+        slopes[series] = np.polyfit(x, y, 1)[0]
+    passed, detail = slope_ratios_cover(planted, where={"task": "aggregate-decode"})
+    assert passed in (True, False)
+    assert f"slope ratio {slopes['T0=6'] / slopes['T0=4']:.3g} [" in detail
+    assert "(alpha ratio 0.5)" in detail  # alpha 1 at T0 = 4, 2 at T0 = 6

@@ -23,6 +23,8 @@ Claims:
   fixed-positions   x(1)+x(2)+x(3): CLS attention settles near 1/3 on each position
   argmax-probe      a linear probe recovers x at the most attended key, not the second
   head-count        single-layer D-retrieval: h >= D heads needed
+  cost-law          the cost law as a rate: log NMSE against log parameters over FFN
+                    widths, fitted slopes beside -2/alpha (see `infoprobe rates`)
 
 Profiles: 'quick' is sized for a 2-core CPU (<= about 30 min per claim) and prints where
 it departs from the paper (e.g. lr 2e-3 instead of 1e-3, T=16 instead of 64); 'paper'
@@ -40,6 +42,7 @@ examples:
   infoprobe reproduce triangle --seeds 3 --out runs/tri
   infoprobe reproduce argmax-probe --profile paper --device cuda
   infoprobe reproduce intrinsic-dim --profile paper --estimate   # how long? (trains nothing)
+  infoprobe reproduce cost-law --estimate                 # the rate study: how long?
   infoprobe reproduce head-count --backend ray           # a local Ray instance
   infoprobe reproduce head-count --backend ray --ray-address ray://head:10001 --threads 2
 
