@@ -15,15 +15,18 @@ What counts as printed, and what is done with it:
   ``[optional]``, ``a|b``) must name only options the subcommand has; any other span must
   be accepted by the real parser, and the complete ones that read no file (``predict
   --task ...``) are run.
-* **parsed only** (:func:`parse_only`): commands that need a GPU or Ray, and
-  ``reproduce`` sweeps (minutes even at their smallest); the real parser must accept them.
+* **parsed only** (:func:`parse_only`): commands that need a GPU or Ray, and those of
+  :data:`PARSED_ONLY` (``demo``, ``reproduce`` sweeps: minutes even at their smallest;
+  ``rates``, which reads a sweep's results); the real parser must accept them.
 
-Sizes: every option of :data:`SMALL` printed with a larger value runs with the small one,
-and :data:`ADDED` gives small values to the options a command does not print but whose
-defaults would take minutes (``--steps``, ``--n``, ...). Nothing else is changed, but for
-time: a report's figures are built by every command that writes one and drawn to PNG
-only in the README's block (:data:`DRAWN`); elsewhere each PNG is a blank one (drawing
-is most of a report's time, and tests/test_report.py checks the figures themselves).
+Sizes: a size option of :data:`SMALL` printed with a value above its divisor runs with the
+value divided by it, rounded up (``--steps 10000`` -> 20, ``--n 8192`` -> 64, ``--n 20000``
+-> 157), so sizes that differ in print differ in the run too, as the settings recorded in
+the files they write do; :data:`ADDED` options that a command does not print run with
+their default divided the same way (``--steps``, ``--n``, ...). Nothing else changes, but for
+time: a report's figures are built by every command that writes one but drawn to PNG
+only by the README's ``infoprobe report`` (:data:`DRAWN`); elsewhere each PNG is a blank
+one (drawing is most of a report's time, and tests/test_report.py checks the figures).
 """
 
 from __future__ import annotations
@@ -47,25 +50,27 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 SMALL = {
-    "--steps": 20,
-    "--n": 64,
-    "--n-cache": 64,
-    "--samples": 64,
-    "--epochs": 3,
+    "--steps": 500,
+    "--n": 128,
+    "--n-cache": 128,
+    "--samples": 16,
+    "--epochs": 16,
     "--resamples": 2,
-    "--directions": 2,
+    "--directions": 4,
+    "--n-val": 64,
+    "--n-test": 64,
 }
-"""Option -> the value a printed command runs with when it prints a larger one."""
+"""Size option -> the divisor of a printed value above it."""
 ADDED = {
-    "train": {"--steps": 20, "--n-val": 64, "--n-test": 64},
-    "run": {"--steps": 20, "--n-val": 64, "--n-test": 64, "--n-cache": 64},
-    "probe-checkpoint": {"--n-cache": 64},
-    "demo": {"--steps": 20, "--n-cache": 64},
-    "cache": {"--n": 64},
-    "probe": {"--epochs": 3},
+    "train": ("--steps", "--n-val", "--n-test"),
+    "run": ("--steps", "--n-val", "--n-test", "--n-cache"),
+    "probe-checkpoint": ("--n-cache",),
+    "demo": ("--steps", "--n-cache"),
+    "cache": ("--n",),
+    "probe": ("--epochs",),
 }
-"""Subcommand -> small values of the options it does not print whose defaults are large
-(``cache`` is its write form; ``cache info`` takes none)."""
+"""Subcommand -> size options that run with their default divided as in :data:`SMALL`
+when the command does not print them (``cache`` is its write form, not ``cache info``)."""
 
 INPUTS = ("checkpoint", "acts.h5", "acts-random-init.h5", "probes.h5", "flow.h5",
           "flow-random-init.h5", "pred.h5")  # fmt: skip
@@ -80,8 +85,8 @@ PROVIDED = {
     "report": {"checkpoint": "checkpoint", **{name: name for name in INPUTS[1:]}},
 }
 """Epilog -> {path an example reads that no earlier example writes: input it is}."""
-DRAWN = "README.md code block 3"
-"""The block whose reports draw every figure to PNG."""
+DRAWN = ("README.md code block 3", "report")
+"""The block, and the subcommand in it, whose report draws every figure to PNG."""
 HEAVY = {"demo", "run", "probe-checkpoint", "report"}
 """Blocks with a command of these run the whole analysis or write a report: marked slow."""
 
@@ -172,13 +177,20 @@ def small(argv: list[str]) -> list[str]:
     """``argv`` with :data:`SMALL` sizes and the :data:`ADDED` options."""
     out = list(argv)
     for i, word in enumerate(out[:-1]):
-        if word in SMALL and out[i + 1].isdigit() and int(out[i + 1]) > SMALL[word]:
-            out[i + 1] = str(SMALL[word])
+        if word in SMALL and out[i + 1].isdigit():
+            out[i + 1] = str(scaled(word, int(out[i + 1])))
     form = "cache info" if argv[:2] == ["cache", "info"] else argv[0]
-    for option, value in ADDED.get(form, {}).items():
+    for option in ADDED.get(form, ()):
         if option not in out:
-            out += [option, str(value)]
+            default = subparsers(build_parser())[form]._option_string_actions[option].default
+            out += [option, str(scaled(option, default))]
     return out
+
+
+def scaled(option: str, value: int) -> int:
+    """A size divided by its :data:`SMALL` divisor, rounded up, if above it."""
+    divisor = SMALL[option]
+    return -(-value // divisor) if value > divisor else value
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -222,14 +234,6 @@ def inputs(tmp_path_factory) -> Path:
 
 
 def run_block(block: Block, folder: Path, inputs: Path | None, capsys) -> None:
-    with pytest.MonkeyPatch.context() as mp:
-        if block.source != DRAWN:
-            blank = report_build.render_png(Figure(figsize=(0.1, 0.1)), dpi=10)
-            mp.setattr(report_build, "render_png", lambda fig, dpi=110: blank)
-        _run_block(block, folder, inputs, capsys)
-
-
-def _run_block(block: Block, folder: Path, inputs: Path | None, capsys) -> None:
     for path, name in block.provided.items():
         src, dst = inputs / name, folder / path
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -247,12 +251,22 @@ def _run_block(block: Block, folder: Path, inputs: Path | None, capsys) -> None:
             if parse_only(argv):
                 continue
             ran = small(argv)
-            rc = main(ran)
+            rc = run_command(ran, drawn=(block.source, argv[0]) == DRAWN)
             captured = capsys.readouterr()
             assert rc == 0, (
                 f"{block.source}: `infoprobe {shlex.join(argv)}` (run as "
                 f"`infoprobe {shlex.join(ran)}`) exited {rc}:\n{captured.err[-2000:]}"
             )
+
+
+def run_command(argv: list[str], drawn: bool) -> int:
+    """``infoprobe ARGV``'s exit status; reports' PNGs drawn only if ``drawn``."""
+    real = report_build.render_png
+    blank = real(Figure(figsize=(0.1, 0.1)), dpi=10)
+    with pytest.MonkeyPatch.context() as mp:
+        if not drawn:
+            mp.setattr(report_build, "render_png", lambda fig, dpi=110: blank)
+        return main(argv)
 
 
 def _params(heavy: bool) -> list:
@@ -378,9 +392,10 @@ def test_every_block_was_found():
     assert any(c.startswith("infoprobe predict --task") for _, c in SPANS)
 
 
-def test_small_substitutes_only_larger_sizes():
+def test_small_scales_sizes_and_keeps_them_apart():
     assert small(["cache", "ckpt", "--n", "20000", "--out", "a.h5"]) == [
-        "cache", "ckpt", "--n", "64", "--out", "a.h5"]  # fmt: skip
+        "cache", "ckpt", "--n", "157", "--out", "a.h5"]  # fmt: skip
+    assert small(["cache", "ckpt", "--n", "8192", "--out", "a.h5"])[3] == "64"
     assert small(["report", "p.h5", "--samples", "3", "--out", "r"]) == [
         "report", "p.h5", "--samples", "3", "--out", "r"]  # fmt: skip
     assert small(["cache", "info", "a.h5"]) == ["cache", "info", "a.h5"]
