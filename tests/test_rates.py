@@ -279,3 +279,21 @@ def test_cost_law_checks_fit_the_sweeps_own_runs(tmp_path):
     assert passed in (True, False)
     assert f"slope ratio {slopes['T0=6'] / slopes['T0=4']:.3g} [" in detail
     assert "(alpha ratio 0.5)" in detail  # alpha 1 at T0 = 4, 2 at T0 = 6
+
+
+def test_the_documented_records_file_reads(tmp_path):
+    """The example in docs/rates.md is a valid records file, read field by field."""
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "rates.md").read_text()
+    block = doc.split("```json\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "r.json").write_text(block)
+    first, second = load_records([tmp_path / "r.json"])
+    assert (first.task, first.T, first.arch, first.width, first.n_params) == (
+        "intrinsic-dim D=2 d=4",
+        32,
+        "(1,2)",
+        64,
+        6369,
+    )
+    assert second.n_params_total == 29697 and second.alpha == 3.0

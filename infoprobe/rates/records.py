@@ -5,7 +5,7 @@ trained with another tool comes in; docs/rates.md describes it::
 
     {"format": "infoprobe.rates.records", "schema_version": 1,
      "records": [{"task": "intrinsic-dim D=2", "T": 32, "arch": "(1,2)", "width": 64,
-                  "seed": 0, "n_params": 6305, "nmse": 0.031, "alpha": 3.0}, ...]}
+                  "seed": 0, "n_params": 6369, "nmse": 0.031, "alpha": 3.0}, ...]}
 
 ``n_params_total`` and ``diverged`` are optional. From a ``results.json`` every finished
 run becomes a record: ``width`` is the grid point's ``width`` coordinate (else its FFN
