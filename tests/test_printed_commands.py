@@ -137,9 +137,10 @@ def doc_blocks() -> tuple[list[Block], list[tuple[str, str]]]:
             commands = [argv_of(c) for c in command_lines(m.group(1))]
             if commands:
                 blocks.append(Block(f"{name} code block {i + 1}", commands))
-        for m in re.finditer(r"^(?: {4}|\t)(infoprobe [^\n]+)$", prose, re.M):
+        indented = r"^ {4}(infoprobe [^\n]+(?:\n {8,}[^\n]+)*)$"  # with its continuations
+        for m in re.finditer(indented, prose, re.M):
             prose = prose.replace(m.group(0), "")
-            spans.append((name, m.group(1)))
+            spans.append((name, " ".join(m.group(1).split())))
         for m in re.finditer(r"`(infoprobe [^`]+)`", prose):
             spans.append((name, " ".join(m.group(1).split())))
     return blocks, spans
