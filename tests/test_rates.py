@@ -263,6 +263,8 @@ def test_cost_law_checks_fit_the_sweeps_own_runs(tmp_path):
     passed, detail = slope_ratios_cover(configs, where={"task": "aggregate-decode"})
     assert passed is None and "excluding 3 run(s) {'did not train': 3}" in detail
     assert all(c["passed"] is None for c in rep.results["checks"])
+    assert "rates: no fit yet (" in rep.summary()
+    assert "Fitted rates (infoprobe rates)" in (tmp_path / "report.html").read_text()
 
     planted = copy.deepcopy(configs)
     rng = np.random.default_rng(13)

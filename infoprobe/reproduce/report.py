@@ -14,7 +14,7 @@ from typing import Any
 from infoprobe.atomic import mark_html
 from infoprobe.compare import CAVEAT
 from infoprobe.report.html import RENDER_CHECK, STYLE, figure_html
-from infoprobe.reproduce.results import table_rows
+from infoprobe.reproduce.results import rate_notes, rates_text, table_rows
 
 CHECK_STATES = {True: "PASS", False: "FAIL", None: "n/a"}
 REPORT_FORMAT = "infoprobe.reproduce.report"
@@ -68,6 +68,13 @@ def section_html(
         "every seed is listed.</p>"
     )
     parts.append(_table(table_rows(results)))
+    notes = rate_notes(results)
+    if notes:
+        items = "".join(f"<li>{escape(n)}</li>" for n in notes)
+        parts.append(f"<h3>InfoFlow's rates at this size</h3><ul>{items}</ul>")
+    rates = rates_text(results)
+    if rates:
+        parts.append(f"<h3>Fitted rates (infoprobe rates)</h3><pre>{escape(rates)}</pre>")
     for name, (png, caption) in figures.items():
         parts.append(figure_html(png, name, caption))
     parts.append("</section>")

@@ -229,6 +229,20 @@ def rate_notes(results: Mapping[str, Any]) -> list[str]:
     return notes
 
 
+def rates_text(results: Mapping[str, Any]) -> str | None:
+    """The cost-law fits of a capacity sweep (grid points with a ``width`` coordinate) as
+    :func:`infoprobe.rates.format_rates` prints them, or why they cannot be made yet;
+    None for a sweep without widths."""
+    from infoprobe.rates import RateError, fit_rates, format_rates, records_from_results
+
+    if not any("width" in c["coords"] for c in results["configs"]):
+        return None
+    try:
+        return format_rates(fit_rates(records_from_results(results, "results.json")))
+    except RateError as err:
+        return f"rates: no fit yet ({err})"
+
+
 def format_summary(results: Mapping[str, Any]) -> str:
     """Everything printed at the end of a sweep: header, departures, table, checks."""
     lines = [
@@ -245,6 +259,7 @@ def format_summary(results: Mapping[str, Any]) -> str:
         format_table(table_rows(results)),
         "",
         *(f"rate: {note}" for note in rate_notes(results)),
+        *([rates, ""] if (rates := rates_text(results)) else []),
     ]
     for check in results["checks"]:
         state = {True: "PASS", False: "FAIL", None: "n/a "}[check["passed"]]
