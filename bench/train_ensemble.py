@@ -17,9 +17,16 @@ Configurations are measured in interleaved rounds (``--rounds``); medians are re
     ensemble x8 compiled     1 x cores           8                    yes
 
 The table also gives the throughput over a 10k-step run with the compilation counted.
-The last line is the ratio of the fastest configuration's throughput to the baseline's,
-measured in the same run. With ``--device cuda`` (when a GPU is present) the same table
-is measured on the GPU with one worker (runs share the device).
+Then the eager ensemble's step is taken apart on one thread, in CPU time (which a busy
+machine inflates less than wall time): batch drawing, forward, backward, clipping and
+AdamW, and the validation passes spread over the steps; the forward and backward are
+profiled once (``torch.profiler``) to give the matrix products' share. The matmul peak
+is a large float32 matrix product on all cores, measured before and after the rounds
+(the median); a model-step's FLOPs are its matrix products' (forward, and twice that
+for the backward). The last line is the ratio of the fastest configuration's throughput
+to the baseline's, measured in the same run, with its model-steps per second and the
+fraction of the matmul peak they reach. With ``--device cuda`` (when a GPU is present)
+the same table is measured on the GPU with one worker (runs share the device).
 
     python bench/train_ensemble.py [--steps 30] [--rounds 3] [--device cpu]
 """
@@ -27,15 +34,24 @@ is measured on the GPU with one worker (runs share the device).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
+import torch
+
+from infoprobe.ensemble import Ensemble, clip_rows
+from infoprobe.model import ModelConfig
 from infoprobe.reproduce.claims import CLAIMS
 from infoprobe.reproduce.grid import RunSpec
+from infoprobe.reproduce.runs import torch_threads
 from infoprobe.reproduce.timing import time_ensemble, time_point
+from infoprobe.train import evaluate
 
 RUNS = 8
 RUN_STEPS = 10_000
@@ -44,6 +60,97 @@ RUN_STEPS = 10_000
 def point():
     points = CLAIMS["intrinsic-dim"].profile("quick").points
     return next(p for p in points if p.label == "(2,2) D=2")
+
+
+def step_flops(cfg: ModelConfig, batch: int) -> float:
+    """FLOPs of the matrix products of one training step of one model: the forward's
+    (2 per multiply-add) and twice as many for the backward (input and weight gradients)."""
+    p, e = cfg.n_ctx + 1, cfg.d_model
+    forward = cfg.n_ctx * cfg.d_in * e  # embedding
+    for b, h in enumerate(cfg.heads):
+        n = cfg.d_head_of(b)
+        forward += 3 * p * e * h * n + 2 * h * p * p * n + p * h * n * e  # q k v, scores, z, out
+        forward += 2 * p * e * cfg.d_mlp
+    forward = forward * batch + batch * (e * cfg.d_readout + cfg.d_readout * cfg.d_out)
+    return 3 * 2 * forward
+
+
+def matmul_peak(
+    cores: int, clock: Callable[[], float] = time.perf_counter, size: int = 2048
+) -> float:
+    """FLOP/s of a float32 [size, size] @ [size, size] product on ``cores`` threads, best
+    of 5, timed by ``clock`` (wall time; ``time.process_time`` for CPU time)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    with torch_threads(cores):
+        a @ b
+        times = []
+        for _ in range(5):
+            start = clock()
+            a @ b
+            times.append(clock() - start)
+    return 2 * size**3 / min(times)
+
+
+def cpu_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median CPU time of ``fn()`` (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
+def breakdown(members: int, repeats: int) -> dict[str, float]:
+    """CPU seconds per step of an eager ``members``-member ensemble on one thread, by
+    piece, and the matrix products' share of the forward and backward."""
+    p = point()
+    task = p.build_task()
+    cfgs = [
+        dataclasses.replace(p.train_config(s, "cpu", False), steps=10**9, eval_every=10**9)
+        for s in range(members)
+    ]
+    with torch_threads(1):
+        group = Ensemble(task, [p.model_config()] * members, cfgs)
+        stack = group.stack
+        x, y = group.draw()
+
+        def forward():  # with the graph for the backward, as in training
+            return group.losses(stack.flat, stack.buffers, x, y)
+
+        def forward_backward():
+            loss = group.losses(stack.flat, stack.buffers, x, y)
+            return torch.autograd.grad(loss.sum(), [stack.flat])[0]
+
+        grad, ones = forward_backward(), torch.ones(members, 1)
+
+        def optimiser():
+            stack.adamw_step(clip_rows(grad, ones), 2, ones * 1e-3, ones * 1e-2)
+
+        member = group.active[0]
+        model = member.tracker.result.model
+        pieces = {
+            "batch drawing": cpu_seconds(group.draw, repeats),
+            "forward": cpu_seconds(forward, repeats),
+            "forward + backward": cpu_seconds(forward_backward, repeats),
+            "clipping + AdamW": cpu_seconds(optimiser, repeats),
+        }
+        val = cpu_seconds(lambda: evaluate(model, member.data.x_val, member.data.y_val), 3)
+        pieces["validation"] = members * val / p.train_config(0).eval_every
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(3):
+                forward_backward()
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events)
+        gemm = sum(e.self_cpu_time_total for e in events if e.key in GEMMS)
+    backward = pieces.pop("forward + backward") - pieces["forward"]
+    order = ("batch drawing", "forward", "backward", "clipping + AdamW", "validation")
+    pieces = {k: backward if k == "backward" else pieces[k] for k in order}
+    return {**pieces, "matmul share of forward + backward": gemm / total}
+
+
+GEMMS = {"aten::bmm", "aten::mm", "aten::addmm", "aten::baddbmm", "aten::matmul"}
 
 
 def configurations(cores: int, device: str) -> dict[str, dict]:
@@ -102,6 +209,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument(
+        "--no-compile", action="store_true", help="leave out the compiled configurations"
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
@@ -110,11 +220,18 @@ def main() -> None:
         print(json.dumps(result))
         return
     settings = configurations(args.cores, args.device)
+    if args.no_compile:
+        settings = {k: v for k, v in settings.items() if not v["compile"]}
     measured: dict[str, list[dict]] = {name: [] for name in settings}
+    peaks = [matmul_peak(args.cores)]
     for r in range(args.rounds):
         for name, setting in settings.items():
             measured[name].append(measure(setting, args.steps, args.device))
-            print(f"round {r + 1}: {name}: {measured[name][-1]['rate']:.1f} model-steps/s")
+            print(
+                f"round {r + 1}: {name}: {measured[name][-1]['rate']:.1f} model-steps/s "
+                f"(load average {load_average()})"
+            )
+    peaks.append(matmul_peak(args.cores))
     rows = {
         name: {
             k: statistics.median(m[k] for m in runs) for k in ("rate", "compile", "with_compile")
@@ -132,9 +249,36 @@ def main() -> None:
             f"{name:24s} {row['rate']:14.1f} {row['rate'] / base:10.2f} {row['compile']:10.1f}"
             f" {row['with_compile']:24.1f} ({row['with_compile'] / base:.2f}x)"
         )
+    p = point()
+    flops = step_flops(p.model_config(), p.train_config(0).batch_size)
+    if not args.device.startswith("cuda"):
+        members = max(1, RUNS // args.cores)
+        pieces = breakdown(members, repeats=max(5, args.steps // 3))
+        share = pieces.pop("matmul share of forward + backward")
+        step = sum(pieces.values())
+        one = matmul_peak(1, time.process_time)
+        print(f"\neager ensemble of {members}, one thread, CPU ms per step (of {1e3 * step:.1f})")
+        for name, seconds in pieces.items():
+            print(f"  {name:18s} {1e3 * seconds:7.2f}  {seconds / step:6.1%}")
+        print(
+            f"  matrix products: {share:.0%} of forward + backward; the step reaches "
+            f"{members * flops / step / one:.0%} of one core's matmul peak "
+            f"({one / 1e9:.0f} GFLOP/s in CPU time)"
+        )
+    peak = statistics.median(peaks)
     best = max(rows, key=lambda n: rows[n]["rate"])
-    print(f"fastest: {best}")
-    print(f"fastest / baseline model-steps per second: {rows[best]['rate'] / base:.2f}")
+    rate = rows[best]["rate"]
+    print(f"fastest: {best}; load average {load_average()}")
+    print(
+        f"fastest / baseline model-steps per second: {rate / base:.2f} ({best}: {rate:.1f} "
+        f"model-steps/s of {flops / 1e9:.2f} GFLOP, {rate * flops / peak:.0%} of the "
+        f"{peak / 1e9:.0f} GFLOP/s matmul peak of {args.cores} cores)"
+    )
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages, as /proc/loadavg gives them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":
