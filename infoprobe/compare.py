@@ -38,7 +38,7 @@ from infoprobe.agreement import MemberWhen, SetAgreement, TauSweep, tau_sweep
 from infoprobe.atomic import atomic_output
 from infoprobe.auroc import auroc
 from infoprobe.errors import CompareInputError
-from infoprobe.header import check_header, make_header
+from infoprobe.header import check_header, make_header, read_json_object
 from infoprobe.jsonable import jsonable
 from infoprobe.provenance import ProvenanceError
 
@@ -672,14 +672,7 @@ def read_comparisons(path: str | os.PathLike) -> dict[str, Any]:
     """
     path = Path(path)
     fix = "re-run `infoprobe compare` (or `infoprobe run --overwrite`)"
-    try:
-        document = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise CompareInputError(f"{path}: not valid JSON (truncated?): {err}; {fix}") from None
-    if not isinstance(document, dict):
-        raise CompareInputError(
-            f"{path}: expected a JSON object, got a JSON {type(document).__name__}; {fix}"
-        )
+    document = read_json_object(path, CompareInputError, fix)
     check_header(document, path, fmt=FORMAT, readable=range(2, SCHEMA_VERSION + 1),
                  error=CompareInputError, legacy_version="format_version")  # fmt: skip
     for name, kind in (("comparisons", dict), ("headline", list), ("provenance", dict)):

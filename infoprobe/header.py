@@ -22,6 +22,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from infoprobe import __version__
@@ -61,6 +62,23 @@ def make_header(fmt: str, schema_version: int, axes: Iterable[str] = ()) -> dict
         "infoprobe_version": __version__,
         "axes": names,
     }
+
+
+def read_json_object(
+    path: str | os.PathLike, error: type[Exception], fix: str = ""
+) -> dict[str, Any]:
+    """The JSON object in ``path``; ``error`` naming the file when it is not valid JSON
+    (truncated, say) or holds another JSON value, with ``fix`` (what to do) appended."""
+    tail = f"; {fix}" if fix else ""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: not a text file ({err}){tail}") from None
+    except json.JSONDecodeError as err:
+        raise error(f"{path}: not valid JSON (truncated?): {err}{tail}") from None
+    if not isinstance(document, dict):
+        raise error(f"{path}: expected a JSON object, got a JSON {type(document).__name__}{tail}")
+    return document
 
 
 def with_header(

@@ -40,7 +40,7 @@ from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
 from infoprobe.compare import FORMAT as COMPARISON_FORMAT
 from infoprobe.compare import read_comparisons, write_comparisons
-from infoprobe.header import check_header, make_header, with_header
+from infoprobe.header import check_header, make_header, read_json_object, with_header
 from infoprobe.hooks import FORMAT as CACHE_FORMAT
 from infoprobe.hooks import layer_sites, open_cache, resolve_sites
 from infoprobe.hooks.hdf5 import json_differences
@@ -165,14 +165,7 @@ def read_manifest(path: Path) -> dict:
     each with ``key_sha``, ``key``, ``output`` (and ``identity``, an object, when recorded).
     Raises RunFolderError naming the file and the field."""
     fix = "restore it from a copy, or choose another --out"
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise RunFolderError(f"{path}: not valid JSON (truncated?): {err}; {fix}") from None
-    if not isinstance(manifest, dict):
-        raise RunFolderError(
-            f"{path}: expected a JSON object, got a JSON {type(manifest).__name__}; {fix}"
-        )
+    manifest = read_json_object(path, RunFolderError, fix)
     check_header(manifest, path, fmt=FORMAT, error=RunFolderError,
                  readable=range(1, SCHEMA_VERSION + 1), unversioned=1)  # fmt: skip
     stages = manifest.get("stages")

@@ -652,7 +652,7 @@ def test_load_results_refuses_other_files_and_newer_schemas_by_name(tmp_path):
     path = tmp_path / "results.json"
     cases = [
         ("[1, 2]", "expected a JSON object"),
-        ("{not json", "not a JSON file"),
+        ("{not json", "not valid JSON"),
         (json.dumps({"format": "infoprobe.run", "schema_version": 1}), "'format'"),
         (
             json.dumps({"format": RESULTS_FORMAT, "schema_version": RESULTS_SCHEMA_VERSION + 1}),

@@ -17,13 +17,12 @@ each other), else the task's name and parameters without T and seed.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infoprobe.header import check_header, make_header
+from infoprobe.header import check_header, make_header, read_json_object
 from infoprobe.model import ModelConfig
 from infoprobe.rates.fit import RateError, RateRecord
 from infoprobe.rates.params import parameter_counts
@@ -131,14 +130,7 @@ def load_records(paths: Iterable[str | Path]) -> list[RateRecord]:
     the same run (task, T, arch, width, seed) twice is refused."""
     out: list[RateRecord] = []
     for path in map(Path, paths):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as err:
-            raise RateError(f"{path}: cannot read ({err})") from None
-        except json.JSONDecodeError as err:
-            raise RateError(f"{path}: not a JSON file ({err})") from None
-        if not isinstance(data, dict):
-            raise RateError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        data = read_json_object(path, RateError)
         if data.get("format") == RESULTS_FORMAT:
             out += records_from_results(data, str(path))
             continue

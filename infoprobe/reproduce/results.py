@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from infoprobe.atomic import atomic_output
-from infoprobe.header import check_header, make_header
+from infoprobe.header import check_header, make_header, read_json_object
 from infoprobe.infoflow import predict
 from infoprobe.reproduce.grid import Claim, GridPoint, Profile, ReproduceError, RunSpec
 
@@ -128,12 +128,7 @@ def load_results(path: str | Path) -> dict[str, Any]:
     """Read a sweep's results.json (schema 1, with ``format_version``, or 2), refusing
     another file or a newer schema by name."""
     path = Path(path)
-    try:
-        results = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ReproduceError(f"{path}: not a JSON file ({err})") from None
-    if not isinstance(results, dict):
-        raise ReproduceError(f"{path}: expected a JSON object, got {type(results).__name__}")
+    results = read_json_object(path, ReproduceError)
     check_header(results, path, fmt=RESULTS_FORMAT, error=ReproduceError,
                  readable=range(1, RESULTS_SCHEMA_VERSION + 1),
                  legacy_version="format_version")  # fmt: skip

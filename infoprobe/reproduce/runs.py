@@ -34,7 +34,7 @@ from infoprobe.atomic import atomic_output
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.ensemble import train_ensemble
-from infoprobe.header import check_header, make_header
+from infoprobe.header import check_header, make_header, read_json_object
 from infoprobe.reproduce.analyses import run_analysis
 from infoprobe.reproduce.grid import ReproduceError, RunSpec
 from infoprobe.train import NonFiniteLossError, TrainResult, train
@@ -206,17 +206,7 @@ class RunStore:
         path = self.record_path(run_id)
         if not path.is_file():
             return None
-        try:
-            record = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ReproduceError(
-                f"{path}: not valid JSON ({err}); delete it to re-run this run"
-            ) from None
-        if not isinstance(record, dict):
-            raise ReproduceError(
-                f"{path}: expected a JSON object, got a JSON {type(record).__name__}; delete it "
-                "to re-run this run"
-            )
+        record = read_json_object(path, ReproduceError, "delete it to re-run this run")
         if record.get("run_id") != run_id or record.get("format") != RECORD_FORMAT:
             raise ReproduceError(
                 f"{path}: field 'run_id' is {record.get('run_id')!r}, expected {run_id!r} "
