@@ -1,7 +1,6 @@
 """Hand-edited, damaged or numerically wrong files: one clear line naming the file and the
 field, exit 2, nothing written; bad weights and inputs refused before they reach torch."""
 
-import importlib
 import json
 import shutil
 
@@ -10,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from test_bad_input import run_command, snapshot
 
-from infoprobe import cli
 from infoprobe.checkpoint import (
     META,
     WEIGHTS,
@@ -20,7 +19,6 @@ from infoprobe.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from infoprobe.cli import main
 from infoprobe.errors import CompareInputError
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import make_task
@@ -30,27 +28,11 @@ TASK = make_task("intrinsic-dim", T=4, D=2)
 MODEL = ModelConfig(d_in=4, n_ctx=4, d_model=8, heads=(1, 1), d_mlp=8, d_readout=8)
 
 
-def cli_main(monkeypatch, command: str, argv: list[str]) -> int:
-    module = importlib.import_module(f"infoprobe.commands.{command.replace('-', '_')}")
-    monkeypatch.setattr(cli, "command_modules", lambda: [module])
-    try:
-        return main([command, *argv])
-    except SystemExit as exit_info:
-        return exit_info.code
-
-
-def snapshot(folder) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b"<dir>"
-        for p in sorted(folder.rglob("*"))
-    }
-
-
 def refused(monkeypatch, capsys, folder, command, argv, words):
     """``infoprobe COMMAND ARGV`` exits 2 with one line holding ``words``; ``folder`` is
     left exactly as it was."""
     before = snapshot(folder)
-    assert cli_main(monkeypatch, command, argv) == 2
+    assert run_command(monkeypatch, command, argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"infoprobe {command}: error: "), err
     assert err.count("\n") == 1 and "Traceback" not in err, err
@@ -74,7 +56,7 @@ def files(tmp_path_factory):
             ("probe", [acts, "--out", str(root / "probes.h5")]),
             ("influence", [ck, "--cache", acts, "--n", "8", "--out", str(root / "flow.h5")]),
         ):
-            assert cli_main(mp, command, argv) == 0, command
+            assert run_command(mp, command, argv) == 0, command
     finally:
         mp.undo()
     return root

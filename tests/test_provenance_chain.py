@@ -3,15 +3,13 @@ file or a random-init control's is refused by `run`, `compare` and `report`; a c
 accepted only where one is asked for; probe results record the rows and inputs they were
 computed on."""
 
-import importlib
 import shutil
 
 import h5py
 import numpy as np
 import pytest
+from test_bad_input import run_command, snapshot
 
-from infoprobe import cli
-from infoprobe.cli import main
 from infoprobe.probes.results import ProbeResults
 
 TRAIN = ["--task", "intrinsic-dim", "--D", "2", "--T", "4", "--steps", "5", "--quiet"]
@@ -28,22 +26,6 @@ FILES = (
 )
 
 
-def cli_main(monkeypatch, command: str, argv: list[str]) -> int:
-    module = importlib.import_module(f"infoprobe.commands.{command.replace('-', '_')}")
-    monkeypatch.setattr(cli, "command_modules", lambda: [module])
-    try:
-        return main([command, *argv])
-    except SystemExit as exit_info:
-        return exit_info.code
-
-
-def snapshot(folder) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b"<dir>"
-        for p in sorted(folder.rglob("*"))
-    }
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Run A; run B (another training seed: another checkpoint); files of A's control."""
@@ -51,12 +33,12 @@ def runs(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     try:
         for name, seed in (("A", "0"), ("B", "1")):
-            assert cli_main(mp, "run", [*RUN, "--seed", seed, "--out", str(root / name)]) == 0
+            assert run_command(mp, "run", [*RUN, "--seed", seed, "--out", str(root / name)]) == 0
         control = root / "control"
         control.mkdir()
         ri = str(root / "A" / "acts-random-init.h5")
-        assert cli_main(mp, "probe", [ri, "--out", str(control / "probes.h5")]) == 0
-        assert cli_main(mp, "predict", ["--cache", ri, "--out", str(control / "pred.h5")]) == 0
+        assert run_command(mp, "probe", [ri, "--out", str(control / "probes.h5")]) == 0
+        assert run_command(mp, "predict", ["--cache", ri, "--out", str(control / "pred.h5")]) == 0
     finally:
         mp.undo()
     return root
@@ -92,7 +74,7 @@ SWAPS = [(name, "B") for name in FILES] + [
 
 
 def refused(monkeypatch, capsys, command: str, argv: list[str], words=()) -> str:
-    assert cli_main(monkeypatch, command, argv) == 2
+    assert run_command(monkeypatch, command, argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"infoprobe {command}: error: "), err
     assert err.count("\n") == 1 and "Traceback" not in err, err
@@ -105,11 +87,11 @@ def test_the_untouched_run_resumes_and_compares(runs, monkeypatch, capsys, tmp_p
     """The baseline of every refusal below: the same commands on run A succeed."""
     folder = tmp_path / "run"
     shutil.copytree(runs / "A", folder)
-    assert cli_main(monkeypatch, "run", [*RUN, "--seed", "0", "--out", str(folder)]) == 0
-    assert cli_main(monkeypatch, "compare", compare_argv(folder)) == 0
+    assert run_command(monkeypatch, "run", [*RUN, "--seed", "0", "--out", str(folder)]) == 0
+    assert run_command(monkeypatch, "compare", compare_argv(folder)) == 0
     out = str(tmp_path / "report")
     argv = [*compare_argv(folder), "--checkpoint", str(folder / "checkpoint"), "--out", out]
-    assert cli_main(monkeypatch, "report", argv) == 0
+    assert run_command(monkeypatch, "report", argv) == 0
 
 
 @pytest.mark.parametrize("name, origin", SWAPS)
@@ -142,7 +124,7 @@ def test_run_does_not_rebuild_from_a_foreign_cache(runs, monkeypatch, capsys, tm
 def test_run_overwrite_redoes_a_swapped_output(runs, monkeypatch, capsys, tmp_path):
     folder = swapped(runs, tmp_path, "probes.h5", "B")
     argv = [*RUN, "--seed", "0", "--out", str(folder), "--overwrite"]
-    assert cli_main(monkeypatch, "run", argv) == 0
+    assert run_command(monkeypatch, "run", argv) == 0
     redone, original = (ProbeResults.read(f / "probes.h5") for f in (folder, runs / "A"))
     assert redone.provenance == original.provenance
     np.testing.assert_array_equal(redone.test_index, original.test_index)
@@ -212,7 +194,7 @@ def test_control_files_are_refused_without_cache(
 def test_the_random_init_flow_control_is_still_accepted_as_a_control(runs, monkeypatch, capsys):
     folder = runs / "A"
     argv = [str(folder / "pred.h5"), "--influence", str(folder / "flow-random-init.h5")]
-    assert cli_main(monkeypatch, "compare", argv) == 0
+    assert run_command(monkeypatch, "compare", argv) == 0
     assert "flow (random-init)" in capsys.readouterr().out
 
 
