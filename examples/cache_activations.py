@@ -35,7 +35,9 @@ if ckpt is None:
     if not ckpt.exists():
         task = make_task("intrinsic-dim", D=2, T=8)
         model_cfg = ModelConfig(d_in=task.d, n_ctx=task.T, d_model=32, heads=(2, 2))
-        train_and_save(task, model_cfg, TrainConfig(steps=args.steps, lr=2e-3), ckpt)
+        # threads="auto": the cores other work leaves free (docs/model.md, "Threads")
+        cfg = TrainConfig(steps=args.steps, lr=2e-3)
+        train_and_save(task, model_cfg, cfg, ckpt, threads="auto")
 
 # 2. Cache every layer's residual stream and attention (resumes if interrupted).
 summary = cache_checkpoint(

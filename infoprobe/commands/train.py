@@ -36,6 +36,9 @@ optimiser and best model, as if trained alone) and --out becomes a folder with o
 checkpoint per seed (seed-0/, seed-1/, ...) and summary.json (every seed's NMSE and the
 best seed). Rerunning the same command keeps finished seeds and trains the rest.
 
+Without --threads, training uses the cores that other work leaves free (the affinity
+set less the load average), re-checked at every evaluation; --threads N fixes N.
+
 The checkpoint folder holds model.safetensors and checkpoint.json (model config, task
 spec, training config, NMSE history, versions, weights hash). Load it in Python with
 infoprobe.load_checkpoint(path).
