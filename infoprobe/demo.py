@@ -235,6 +235,7 @@ def index_page(out: Path, summaries: list[RunSummary], cfg: DemoConfig) -> str:
 <h1>infoprobe demo: intrinsic dimension D = {cfg.D}, T = {cfg.T}</h1>
 <div class="answer">
 {gap_text}
+<p>{escape(rate_line(cfg))}.</p>
 <ul>{headlines}</ul>
 </div>
 {pictures}

@@ -2,6 +2,7 @@
 
 import re
 from dataclasses import replace
+from html import unescape
 
 from infoprobe.demo import DemoConfig, run_demo
 from infoprobe.infoflow import predict
@@ -25,6 +26,8 @@ def test_demo_index_shows_both_models_verdicts_and_links(tmp_path):
     assert f"{summaries[0].val_nmse:.2e}" in html and "Observed is not used" in html
     gap = summaries[1].val_nmse / summaries[0].val_nmse  # (1,2) over (2,2)
     assert f"One head fewer is {gap:.1f}× worse" in html
+    # at T=5, E=32 both alphas are 1 (T d / E - 1 < 1): the page says the rates are equal
+    assert "the law predicts the same rate for (2,2) and (1,2) (α = 1)" in unescape(html)
     for s in summaries:  # each layer line after the embedding leads with the flow AUROC
         assert s.layer_verdicts[0].startswith("layer 0: nothing predicted besides")
         assert all(
