@@ -86,6 +86,16 @@ def minimum_heads(task: Task, arch: Architecture, kth_law: KthLaw) -> tuple[int,
     return None
 
 
+def refuse_non_finite(x: np.ndarray, where: str, error: type[Exception]) -> None:
+    """Raise ``error`` naming ``where`` if the inputs ``x`` [n, T, d] hold NaN or inf."""
+    bad = ~np.isfinite(x)
+    if bad.any():
+        raise error(
+            f"{where}: expected finite inputs, got {int(bad.sum())} NaN or infinite "
+            f"value(s) (the first in sample {int(np.argwhere(bad)[0][0])})"
+        )
+
+
 @dataclass(frozen=True)
 class Prediction:
     """InfoFlow's prediction for one task on one architecture.
@@ -124,13 +134,7 @@ class Prediction:
         """Predicted sets on inputs ``x`` float ``[n, T, d]``: bool ``[L+1, n, T+1, T+1]``
         (layer, sample, token, position; CLS = token/position T)."""
         x = self.task.check_inputs(x)
-        bad = ~np.isfinite(x)
-        if bad.any():
-            sample = int(np.argwhere(bad)[0][0])
-            raise InfoFlowError(
-                f"sets: x: expected finite inputs, got {int(bad.sum())} NaN or infinite "
-                f"value(s) (the first in sample {sample})"
-            )
+        refuse_non_finite(x, "sets: x", InfoFlowError)
         return execute(self.program, x, chunk=chunk, progress=progress)
 
     def program_text(self) -> str:

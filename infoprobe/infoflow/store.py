@@ -29,12 +29,11 @@ from infoprobe.header import (
     make_header,
     write_attrs,
 )
-from infoprobe.probes.validate import check_finite
 
 from .arch import Architecture, as_architecture
 from .errors import SetsFileError
 from .execute import DEFAULT_CHUNK, execute
-from .predict import Prediction
+from .predict import Prediction, refuse_non_finite
 
 FORMAT = "infoprobe.predicted-sets"
 SCHEMA_VERSION = 2
@@ -83,7 +82,7 @@ def write_sets(
     ``provenance``: how ``x`` was made (e.g. data seed, N), stored as JSON.
     """
     x = prediction.task.check_inputs(x).astype(np.float32)
-    check_finite(x, "inputs x")
+    refuse_non_finite(x, f"{path}: inputs x", SetsFileError)
     n, T, _ = x.shape
     L = prediction.program.n_layers
     summary = {k: v for k, v in prediction.to_dict().items() if k != "program"}
