@@ -96,7 +96,16 @@ def test_a_folder_of_recorded_runs_resumes_without_training(claim, profile, tmp_
         for seed in range(rec["seeds"]):
             run_id = f"{rec['key']}-s{seed}"
             store.run_dir(run_id).mkdir(parents=True)
-            record = {"format": RECORD_FORMAT, "run_id": run_id, "config": rec["spec"]}
+            record = {
+                "format": RECORD_FORMAT,
+                "run_id": run_id,
+                "config": rec["spec"],
+                **dict.fromkeys(("best_val_nmse", "test_nmse", "best_step", "seconds")),
+                "seed": seed,
+                "train_seconds": None,
+                "history": [],
+                "analyses": {},
+            }
             store.record_path(run_id).write_text(json.dumps(record))
     specs = CLAIMS[claim].runs(profile)
     summary = run_sweep(specs, store, NoTraining())
