@@ -299,3 +299,12 @@ def test_the_documented_records_file_reads(tmp_path):
         6369,
     )
     assert second.n_params_total == 29697 and second.alpha == 3.0
+
+
+def test_an_interval_does_not_depend_on_the_other_fits_beside_it():
+    rng = np.random.default_rng(14)
+    fast, slow = planted(-0.6, rng, alpha=1.0), planted(-0.2, rng, arch="(1,2)", alpha=3.0)
+    other = [RateRecord("u", 8, "a", r.width, r.seed, r.n_params, r.nmse, 1.0) for r in fast]
+    alone = fit_rates(slow + fast).ratios[0]
+    beside = fit_rates(other + slow + fast).ratios[0]
+    assert (alone.low, alone.high) == (beside.low, beside.high)

@@ -21,6 +21,7 @@ the cost-law study) and counted, never silently dropped.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -152,6 +153,12 @@ class SlopeFit:
         }
 
 
+def _stream(name: str) -> int:
+    """A random stream per fit or ratio, from its name, so a number drawn for it is the
+    same whichever other fits are made beside it."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
+
+
 def _ols(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
     """(slope, intercept, residual standard deviation, sum of squares of x about its
     mean) of the least-squares line y = intercept + slope x."""
@@ -208,7 +215,7 @@ def fit_slope(
     se = scale / math.sqrt(sxx)
     n = len(kept)
     seeds = tuple(sorted({r.seed for r in kept}))
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, _stream(name)])
     if interval == "t":
         t = stats.t(df=n - 2)
         half = float(t.ppf(0.5 + level / 2)) * se
@@ -307,7 +314,9 @@ def slope_ratio(fit: SlopeFit, reference: SlopeFit, seed: int = 0) -> SlopeRatio
             f"{reference.task} T={reference.T}"
         )
     level = min(fit.level, reference.level)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(
+        [seed, _stream(f"{fit.task} T={fit.T} {fit.arch} / {reference.arch}")]
+    )
     draws = fit.draws / rng.choice(reference.draws, size=len(fit.draws))
     low, high = np.quantile(draws, [0.5 - level / 2, 0.5 + level / 2])
     predicted = (

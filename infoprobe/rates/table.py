@@ -58,8 +58,7 @@ def fit_rates(
     for r in records:
         groups.setdefault(r.group, []).append(r)
     fits = tuple(
-        fit_slope(rs, level=level, interval=interval, q=q, seed=seed + i)
-        for i, rs in enumerate(groups.values())
+        fit_slope(rs, level=level, interval=interval, q=q, seed=seed) for rs in groups.values()
     )
     ratios = []
     by_size: dict[tuple[str, int], list[SlopeFit]] = {}
