@@ -43,7 +43,6 @@ from infoprobe.reproduce.claims.defaults import (
     STUDY_TRAIN,
     arch,
     heads_label,
-    paper_runtime,
     task,
 )
 from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profile
@@ -214,7 +213,10 @@ QUICK = Profile(
         "training budget",
         "E=32 for intrinsic-dim, E=8 for aggregate-decode: our choice",
     ),
-    expected_runtime="about 55 min on 2 CPU cores (measured: docs/reproduction.md)",
+    expected_runtime=(
+        "1 h 44 min on 2 CPU cores shared with other jobs (load 3-10; 27983 s of run "
+        "time for 51 runs); planned at about 55 min idle, not yet timed idle"
+    ),
     checks=rate_checks((16, 32), QUICK_HEADS),
 )
 
@@ -234,7 +236,10 @@ PAPER = Profile(
         "50k steps of 256 fresh samples: our choice",
         "widths and E: our choice (the paper states none for this study)",
     ),
-    expected_runtime=paper_runtime("about 9 days"),
+    expected_runtime=(
+        "about 6 days on 2 CPU cores, 2 runs at a time (extrapolated from one-thread step "
+        "times at T=16 and 32, about 2.2x per doubling of T; `--estimate` measures it)"
+    ),
     checks=rate_checks((16, 32, 64), PAPER_HEADS),
 )
 
