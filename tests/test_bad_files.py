@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_bad_input import run_command, snapshot
+from test_bad_input import one_line_refusal, run_command, snapshot
 
 from infoprobe.checkpoint import (
     META,
@@ -32,12 +32,7 @@ def refused(monkeypatch, capsys, folder, command, argv, words):
     """``infoprobe COMMAND ARGV`` exits 2 with one line holding ``words``; ``folder`` is
     left exactly as it was."""
     before = snapshot(folder)
-    assert run_command(monkeypatch, command, argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"infoprobe {command}: error: "), err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for word in words:
-        assert word in err, (word, err)
+    one_line_refusal(monkeypatch, capsys, command, argv, words)
     assert snapshot(folder) == before
 
 

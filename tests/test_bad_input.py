@@ -173,15 +173,22 @@ def run_command(monkeypatch, command: str, argv: list[str]) -> int:
         return exit_info.code
 
 
-def assert_refused(monkeypatch, capsys, tmp_path, command, argv, words):
-    (tmp_path / "keep.txt").write_text("untouched")
-    before = snapshot(tmp_path)
+def one_line_refusal(monkeypatch, capsys, command, argv, words=()) -> str:
+    """``infoprobe COMMAND ARGV`` exits 2 with one line on stderr holding ``words``;
+    returns that line."""
     assert run_command(monkeypatch, command, argv) == 2
-    _, err = capsys.readouterr()
+    err = capsys.readouterr().err
     assert err.startswith(f"infoprobe {command}: error: "), err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     for word in words:
         assert word in err, (word, err)
+    return err
+
+
+def assert_refused(monkeypatch, capsys, tmp_path, command, argv, words):
+    (tmp_path / "keep.txt").write_text("untouched")
+    before = snapshot(tmp_path)
+    one_line_refusal(monkeypatch, capsys, command, argv, words)
     assert snapshot(tmp_path) == before
 
 

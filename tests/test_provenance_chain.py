@@ -8,7 +8,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from test_bad_input import run_command, snapshot
+from test_bad_input import one_line_refusal, run_command, snapshot
 
 from infoprobe.probes.results import ProbeResults
 
@@ -73,14 +73,7 @@ SWAPS = [(name, "B") for name in FILES] + [
 ]
 
 
-def refused(monkeypatch, capsys, command: str, argv: list[str], words=()) -> str:
-    assert run_command(monkeypatch, command, argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"infoprobe {command}: error: "), err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for word in words:
-        assert word in err, (word, err)
-    return err
+refused = one_line_refusal
 
 
 def test_the_untouched_run_resumes_and_compares(runs, monkeypatch, capsys, tmp_path):

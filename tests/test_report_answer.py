@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 from test_report import T, make_inputs
+from test_rollout import random_patterns
 
 from infoprobe.compare import Observations, compare
 from infoprobe.demo import DemoConfig, index_page
@@ -27,22 +28,13 @@ from infoprobe.report.build import ReportInputs, build_figures, write_report
 from infoprobe.report.html import ROLLOUT_MEANING
 
 
-def softmax_patterns(rng, n, heads, tokens):
-    out = []
-    for h in heads:
-        logits = rng.normal(size=(n, h, tokens, tokens)) * 2.0
-        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        out.append(e / e.sum(axis=-1, keepdims=True))
-    return out
-
-
 def test_violation_sources_match_a_brute_force_count():
     rng = np.random.default_rng(3)
     layers, n, t_len, heads = 3, 7, 4, (2, 3)
     tokens = t_len + 1
     predicted = rng.random((layers, n, tokens, tokens)) < 0.4
     observed = rng.random((layers, n, tokens, t_len)) < 0.5
-    patterns = softmax_patterns(rng, n, heads, tokens)
+    patterns = random_patterns(rng, n, heads, tokens)
     found = violation_sources(predicted, observed, patterns)
     per_token = np.zeros((layers, tokens), int)
     new = np.zeros((layers, tokens), int)
