@@ -7,7 +7,7 @@ only, stop after the last one); it returns the activations as tensors in memory
 model (E = 128, 4 blocks) and for the default model; the gate applies to the default
 model, where per-hook overhead weighs most. Unfiltered ``run_with_cache`` is shown for
 reference. Both sides run with the allocator setting the command line uses
-(``infoprobe.allocator.keep_freed_memory``); ``--glibc-defaults`` leaves glibc as it is.
+(``infoprobe.base.allocator.keep_freed_memory``); ``--glibc-defaults`` leaves glibc as it is.
 
     python bench/cache_capture.py [--batch 512] [--repeats 21] [--glibc-defaults]
 """
@@ -27,7 +27,7 @@ from cache_common import (
     set_threads,
 )
 
-from infoprobe.allocator import keep_freed_memory
+from infoprobe.base.allocator import keep_freed_memory
 from infoprobe.hooks import capture, resolve_sites
 
 GATE = 1.15

@@ -120,7 +120,7 @@ def settle_disk(*paths: Path) -> None:
 
 
 def batches(task, n: int, batch_size: int, data_seed: int):
-    """The cache's samples, batch by batch (same convention as infoprobe.caching)."""
+    """The cache's samples, batch by batch (same convention as infoprobe.pipeline.caching)."""
     for index, start in enumerate(range(0, n, batch_size)):
         yield task.sample(min(batch_size, n - start), np.random.default_rng([data_seed, index]))
 

@@ -38,9 +38,9 @@ from cache_common import (
     through_hdf5,
 )
 
-from infoprobe.caching import DATA_SEED_OFFSET
 from infoprobe.checkpoint import load_checkpoint
 from infoprobe.cli import main as cli_main
+from infoprobe.pipeline.caching import DATA_SEED_OFFSET
 
 GATE = 1.5
 

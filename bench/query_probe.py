@@ -45,9 +45,10 @@ import torch
 from cache_common import make_checkpoint, print_environment
 from ridge_workload import matmul_peak_gflops
 
-import infoprobe.probing as probing_module
-from infoprobe.caching import cache_checkpoint
+import infoprobe.pipeline.probing as probing_module
 from infoprobe.hooks import layer_sites, open_cache
+from infoprobe.pipeline.caching import cache_checkpoint
+from infoprobe.pipeline.probing import ProbeSettings, probe_cache
 from infoprobe.probes import native
 from infoprobe.probes.batched_training import (
     BatchedProbes,
@@ -58,7 +59,6 @@ from infoprobe.probes.chunked_fit import Standardiser
 from infoprobe.probes.mlp import GeluReadout
 from infoprobe.probes.query import BatchedQueryMLP
 from infoprobe.probes.split import TRAIN, VAL, make_split
-from infoprobe.probing import ProbeSettings, probe_cache
 
 TARGET_S = 60.0
 

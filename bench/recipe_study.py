@@ -11,7 +11,7 @@ The rule, fixed before any run of this script:
 
 - task intrinsic-dim D=2, d=4, T=16; model E=32, FFN 128, readout 32; batch 256 of fresh
   samples; AdamW (wd 1e-2), linear warm-up, cosine decay to 0, clipping 1; 10k steps;
-  every seed and recipe trained in one batched ensemble per shape (infoprobe.ensemble);
+  every seed and recipe trained in one batched ensemble per shape (infoprobe.train.ensemble);
 - held-out seeds 300, 301, 302, 303: disjoint from the profiles' (0..3), the
   architecture selection's (100, 101) and the pilot's (0);
 - candidates, on the (2,2) model only:
@@ -46,11 +46,11 @@ from pathlib import Path
 
 import torch
 
-from infoprobe.atomic import atomic_output
-from infoprobe.ensemble import train_ensemble
+from infoprobe.base.atomic import atomic_output
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig
+from infoprobe.train.ensemble import train_ensemble
+from infoprobe.train.loop import TrainConfig
 
 SEEDS = (300, 301, 302, 303)
 ADOPT_FACTOR = 2.0

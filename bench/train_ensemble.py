@@ -45,13 +45,13 @@ from collections.abc import Callable
 
 import torch
 
-from infoprobe.ensemble import Ensemble, clip_rows
 from infoprobe.model import ModelConfig
 from infoprobe.reproduce.claims import CLAIMS
 from infoprobe.reproduce.grid import RunSpec
 from infoprobe.reproduce.runs import torch_threads
 from infoprobe.reproduce.timing import time_ensemble, time_point
-from infoprobe.train import evaluate
+from infoprobe.train.ensemble import Ensemble, clip_rows
+from infoprobe.train.loop import evaluate
 
 RUNS = 8
 RUN_STEPS = 10_000

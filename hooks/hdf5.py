@@ -8,8 +8,8 @@ Python, and the field paths at which two JSON values differ. The activation cach
 them, and so does the hub (influence files, run folders), so every file fails the same way.
 
 This is the ``infoprobe.hooks`` leaf's own small header helper: a leaf imports nothing from
-the hub but its base of file helpers (``infoprobe.atomic``: temporary names, output
-locks), so the hub keeps its own header helper (``infoprobe.header``), which writes the
+the hub but its base of file helpers (``infoprobe.base.atomic``: temporary names, output
+locks), so the hub keeps its own header helper (``infoprobe.base.header``), which writes the
 same fields.
 ``json_differences`` has no copy: the hub imports it from here.
 """

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 from transformer_lens import HookedRootModule
 
-from infoprobe.atomic import output_lock, temp_name
+from infoprobe.base.atomic import output_lock, temp_name
 from infoprobe.hooks.capture import capture
 from infoprobe.hooks.errors import (
     BatchFunctionError,

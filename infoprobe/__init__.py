@@ -15,12 +15,12 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "InfoFlowTransformer": "infoprobe.model",
     "ModelConfig": "infoprobe.model",
-    "TrainConfig": "infoprobe.train",
+    "TrainConfig": "infoprobe.train.loop",
     "load_checkpoint": "infoprobe.checkpoint",
     "save_checkpoint": "infoprobe.checkpoint",
     "predict": "infoprobe.infoflow",
-    "run_pipeline": "infoprobe.pipeline",
-    "probe_checkpoint": "infoprobe.pipeline",
+    "run_pipeline": "infoprobe.pipeline.run",
+    "probe_checkpoint": "infoprobe.pipeline.run",
 }
 __all__ = sorted(_EXPORTS)
 

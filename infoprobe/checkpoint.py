@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from infoprobe import __version__
-from infoprobe.atomic import atomic_output
-from infoprobe.errors import UsageError
-from infoprobe.header import check_header, make_header
+from infoprobe.base.atomic import atomic_output
+from infoprobe.base.errors import UsageError
+from infoprobe.base.header import check_header, make_header
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
 if TYPE_CHECKING:  # hub → pillar; imported at run time only where needed

@@ -27,7 +27,7 @@ from typing import Any
 
 import infoprobe.commands as commands_package
 from infoprobe import __version__
-from infoprobe.allocator import keep_freed_memory
+from infoprobe.base.allocator import keep_freed_memory
 
 # The order users meet the commands in (the pipeline's order); others follow.
 # A name here whose module does not exist is simply never matched.

@@ -1,7 +1,7 @@
 """Probes: which input positions are decodable from each token's state at each layer.
 
 A leaf pillar: plain arrays (or an iterator of blocks) in, arrays out; it never opens a
-cache itself (``infoprobe.probing`` wires it to the HDF5 activation cache).
+cache itself (``infoprobe.pipeline.probing`` wires it to the HDF5 activation cache).
 
 - Linear (ridge) probes of every (cell, target) from streaming sufficient statistics:
   :func:`fit_ridge`, :class:`RidgeAccumulator`, :func:`fit_linear_probes`.

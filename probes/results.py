@@ -39,7 +39,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from infoprobe.atomic import temp_name
+from infoprobe.base.atomic import temp_name
 from infoprobe.probes.errors import ResultsFileError
 
 FORMAT = "infoprobe.probe-results"
@@ -57,7 +57,7 @@ SampleKey = tuple[str, str, str]  # (targets, probe, control)
 
 
 # This leaf's own small header helper (a leaf imports nothing from the hub nor from the
-# other leaves); it writes the fields infoprobe.header writes for the hub's files.
+# other leaves); it writes the fields infoprobe.base.header writes for the hub's files.
 def _package_version() -> str:
     try:
         return metadata.version("infoprobe")

@@ -11,7 +11,7 @@ import pytest
 SCRIPT = """
 import os, sys
 import numpy as np
-from infoprobe.allocator import keep_freed_memory
+from infoprobe.base.allocator import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 def resident():

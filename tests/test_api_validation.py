@@ -8,19 +8,19 @@ import pytest
 import torch
 
 from infoprobe import cli
-from infoprobe.caching import cache_checkpoint
+from infoprobe.base.errors import UsageError
 from infoprobe.checkpoint import load_checkpoint, save_checkpoint
-from infoprobe.errors import UsageError
+from infoprobe.compare.sources import load_sources
 from infoprobe.hooks import CacheError, UnknownSiteError, open_cache
 from infoprobe.influence import InfluenceError, flow_sets
 from infoprobe.infoflow import InfoFlowError, predict
 from infoprobe.model import InfoFlowTransformer, ModelConfig, ModelInputError
-from infoprobe.pipeline import RunSettings
+from infoprobe.pipeline.caching import cache_checkpoint
+from infoprobe.pipeline.probing import ProbeSettings
+from infoprobe.pipeline.run import RunSettings
 from infoprobe.probes.errors import ProbeInputError
-from infoprobe.probing import ProbeSettings
-from infoprobe.sources import load_sources
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig, train
+from infoprobe.train.loop import TrainConfig, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,11 +19,11 @@ import pytest
 import torch
 from test_bad_input import assert_refused, run_command
 
-from infoprobe.caching import cache_checkpoint
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.influence import InfluenceSettings, influence_for_cache, read_influence
 from infoprobe.influence import store as influence_store
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.tasks import make_task
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -222,7 +222,7 @@ def test_grid_values_below_one_are_refused(monkeypatch, capsys, tmp_path, extra,
 def test_library_seeds_are_checked_against_the_same_range():
     from infoprobe.influence import InfluenceSettingsError
     from infoprobe.model import ConfigError
-    from infoprobe.train import TrainConfig, TrainingError
+    from infoprobe.train.loop import TrainConfig, TrainingError
 
     cfg = ModelConfig(d_in=2, n_ctx=3)
     for bad in (2**63, 2**64, -1):
@@ -293,7 +293,7 @@ def test_predict_cache_refuses_the_options_it_does_not_use(
 
 def test_rollout_threshold_beyond_t_plus_one_is_refused():
     """Rows of rollout weights sum to 1, so r/(T+1) > 1 would empty every set."""
-    from infoprobe.rollout import RolloutError, rollout_sets
+    from infoprobe.attention.rollout import RolloutError, rollout_sets
 
     T = 5
     identity = np.broadcast_to(np.eye(T + 1), (2, 3, T + 1, T + 1))  # [L+1, n, T+1, T+1]

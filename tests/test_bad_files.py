@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from test_bad_input import one_line_refusal, run_command, snapshot
 
+from infoprobe.base.errors import CompareInputError
 from infoprobe.checkpoint import (
     META,
     WEIGHTS,
@@ -19,10 +20,9 @@ from infoprobe.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from infoprobe.errors import CompareInputError
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig, train_and_save
+from infoprobe.train.loop import TrainConfig, train_and_save
 
 TASK = make_task("intrinsic-dim", T=4, D=2)
 MODEL = ModelConfig(d_in=4, n_ctx=4, d_model=8, heads=(1, 1), d_mlp=8, d_readout=8)
@@ -213,7 +213,7 @@ def test_a_damaged_run_json_is_one_line(monkeypatch, capsys, tmp_path, text, wor
     ],
 )
 def test_read_comparisons_names_what_is_wrong(tmp_path, text, words):
-    from infoprobe.compare import read_comparisons
+    from infoprobe.compare.core import read_comparisons
 
     path = tmp_path / "comparison.json"
     path.write_text(text)

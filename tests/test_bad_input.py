@@ -22,7 +22,7 @@ from infoprobe import cli
 from infoprobe.cli import main
 from infoprobe.probes.errors import ProbeError
 from infoprobe.probes.observed import Thresholds
-from infoprobe.train import TrainConfig, TrainingError
+from infoprobe.train.loop import TrainConfig, TrainingError
 
 
 def fake_command(name: str, action=None) -> types.ModuleType:
@@ -264,7 +264,7 @@ def test_train_refuses_an_unwritable_output_folder(monkeypatch, capsys, tmp_path
 
 
 def test_train_refuses_a_read_only_folder_even_as_root(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr("infoprobe.train.os.access", lambda path, mode: False)
+    monkeypatch.setattr("infoprobe.train.loop.os.access", lambda path, mode: False)
     argv = [*TRAIN, "--out", str(tmp_path / "new" / "ck")]
     assert_refused(monkeypatch, capsys, tmp_path, "train", argv, [str(tmp_path), "not writable"])
 
@@ -351,7 +351,7 @@ def test_failures_of_a_command_that_ran_go_to_stderr(monkeypatch, capsys, tmp_pa
     import infoprobe.commands.reproduce as reproduce_command
     import infoprobe.commands.train as train_command
     from infoprobe.reproduce import SweepError
-    from infoprobe.train import NonFiniteLossError, TrainResult
+    from infoprobe.train.loop import NonFiniteLossError, TrainResult
 
     def diverges(*args, **kwargs):
         raise NonFiniteLossError(3, TrainResult(model=None))
@@ -391,8 +391,8 @@ def test_predict_overwrite_never_replaces_a_foreign_folder(monkeypatch, capsys, 
 
 
 def test_overwrite_replaces_only_infoprobe_outputs_of_the_same_kind(tmp_path):
-    from infoprobe.atomic import OutputExistsError, atomic_output
-    from infoprobe.compare import write_comparisons
+    from infoprobe.base.atomic import OutputExistsError, atomic_output
+    from infoprobe.compare.core import write_comparisons
 
     folder = foreign_folder(tmp_path)
     with pytest.raises(OutputExistsError, match="not an infoprobe comparison file"):
@@ -411,7 +411,7 @@ def test_overwrite_replaces_only_infoprobe_outputs_of_the_same_kind(tmp_path):
 
 
 def test_report_overwrite_never_wipes_a_foreign_folder(tmp_path):
-    from infoprobe.atomic import OutputExistsError
+    from infoprobe.base.atomic import OutputExistsError
     from infoprobe.report.build import write_report
 
     folder = foreign_folder(tmp_path)
@@ -421,8 +421,8 @@ def test_report_overwrite_never_wipes_a_foreign_folder(tmp_path):
 
 
 def test_outputs_under_a_file_are_one_clear_error(tmp_path):
-    from infoprobe.atomic import OutputPathError
-    from infoprobe.compare import write_comparisons
+    from infoprobe.base.atomic import OutputPathError
+    from infoprobe.compare.core import write_comparisons
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutputPathError, match="is a file, not a folder"):
@@ -446,8 +446,8 @@ def probed_files(tmp_path_factory):
 
 
 def test_a_trained_cache_is_refused_as_the_random_init_control(probed_files, tmp_path):
+    from infoprobe.pipeline.probing import run_probe
     from infoprobe.probes.errors import ControlMismatchError
-    from infoprobe.probing import run_probe
 
     acts = probed_files / "acts.h5"
     with pytest.raises(ControlMismatchError, match="random_init_seed"):
@@ -458,9 +458,9 @@ def test_a_trained_cache_is_refused_as_the_random_init_control(probed_files, tmp
 def test_the_random_init_control_of_another_checkpoint_is_refused(probed_files, tmp_path):
     from test_report import write_pipeline_files
 
-    from infoprobe.caching import cache_checkpoint
+    from infoprobe.pipeline.caching import cache_checkpoint
+    from infoprobe.pipeline.probing import run_probe
     from infoprobe.probes.errors import ControlMismatchError
-    from infoprobe.probing import run_probe
 
     other = write_pipeline_files(tmp_path / "other", model_seed=1)
     control = tmp_path / "control.h5"
@@ -476,8 +476,8 @@ def test_a_nan_state_names_the_dataset_and_its_own_index(probed_files, tmp_path)
 
     import h5py
 
+    from infoprobe.pipeline.probing import probe_cache
     from infoprobe.probes.errors import NonFiniteActivationError
-    from infoprobe.probing import probe_cache
 
     acts = tmp_path / "acts.h5"
     shutil.copy(probed_files / "acts.h5", acts)
@@ -488,7 +488,7 @@ def test_a_nan_state_names_the_dataset_and_its_own_index(probed_files, tmp_path)
 
 
 def test_run_settings_are_validated_before_any_file_is_touched():
-    from infoprobe.pipeline import RunFolderError, RunSettings
+    from infoprobe.pipeline.run import RunFolderError, RunSettings
     from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
 
     with pytest.raises(RunFolderError, match="n_cache"):
@@ -537,7 +537,7 @@ def test_probe_checkpoint_refuses_a_task_that_does_not_fit_before_writing(
 
 
 def test_temp_files_of_killed_runs_are_removed(tmp_path):
-    from infoprobe.atomic import atomic_output
+    from infoprobe.base.atomic import atomic_output
 
     out = tmp_path / "c.json"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
@@ -552,8 +552,8 @@ def test_temp_files_of_killed_runs_are_removed(tmp_path):
 
 
 def test_cache_overwrite_never_replaces_a_foreign_file(probed_files, tmp_path):
-    from infoprobe.caching import cache_checkpoint
     from infoprobe.hooks import NotACacheError
+    from infoprobe.pipeline.caching import cache_checkpoint
 
     notes = tmp_path / "notes.txt"
     notes.write_text("a user's own file")

@@ -1,4 +1,4 @@
-"""`infoprobe cache` and infoprobe.caching on a saved (untrained) checkpoint."""
+"""`infoprobe cache` and infoprobe.pipeline.caching on a saved (untrained) checkpoint."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from infoprobe import caching
-from infoprobe.caching import DATA_SEED_OFFSET, cache_checkpoint, checkpoint_cache_job
 from infoprobe.checkpoint import load_checkpoint, save_checkpoint
 from infoprobe.cli import main
 from infoprobe.hooks import ProvenanceMismatchError, open_cache
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.pipeline import caching
+from infoprobe.pipeline.caching import DATA_SEED_OFFSET, cache_checkpoint, checkpoint_cache_job
 from infoprobe.tasks import make_task
 
 N, BATCH = 40, 16

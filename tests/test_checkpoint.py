@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import infoprobe
-from infoprobe.atomic import OutputExistsError
+from infoprobe.base.atomic import OutputExistsError
 from infoprobe.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import make_task

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 
-from infoprobe.agreement import SetAgreement, tau_sweep
-from infoprobe.auroc import auroc, average_ranks
-from infoprobe.compare import (
+from infoprobe.compare.agreement import SetAgreement, tau_sweep
+from infoprobe.compare.auroc import auroc, average_ranks
+from infoprobe.compare.core import (
     CAVEAT,
     CompareInputError,
     Observations,
@@ -23,7 +23,7 @@ from infoprobe.compare import (
     headline,
     scope_masks,
 )
-from infoprobe.provenance import ProvenanceError, check_provenance
+from infoprobe.compare.provenance import ProvenanceError, check_provenance
 
 
 def sets_from_lists(members: list[list[int]], size: int) -> np.ndarray:

@@ -4,9 +4,9 @@ import re
 from dataclasses import replace
 from html import unescape
 
-from infoprobe.demo import DemoConfig, run_demo
 from infoprobe.infoflow import predict
 from infoprobe.model import ModelConfig
+from infoprobe.pipeline.demo import DemoConfig, run_demo
 from infoprobe.tasks import make_task
 
 

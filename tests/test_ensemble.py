@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from infoprobe.ensemble import EnsembleError, train_ensemble
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train import (
+from infoprobe.train.ensemble import EnsembleError, train_ensemble
+from infoprobe.train.loop import (
     NonFiniteLossError,
     TrainConfig,
     TrainingError,

@@ -13,10 +13,10 @@ import pytest
 import torch
 from handset import handset_model, near_ties, true_partners
 
-from infoprobe.compare import Observations, crosstab
+from infoprobe.compare.core import Observations, crosstab
+from infoprobe.compare.instruments import corrected_errors, flow
 from infoprobe.hooks import capture, layer_sites
 from infoprobe.influence import flow_threshold, influence
-from infoprobe.instruments import corrected_errors, flow
 from infoprobe.probes.linear import ProbeTargets, fit_linear_probes
 from infoprobe.probes.split import TEST, make_split
 

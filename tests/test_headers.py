@@ -25,11 +25,11 @@ from infoprobe.influence import read_influence
 from infoprobe.infoflow import read_sets
 from infoprobe.infoflow.errors import SetsFileError
 from infoprobe.model import ModelConfig
-from infoprobe.pipeline import RunSettings, run_pipeline
+from infoprobe.pipeline.run import RunSettings, run_pipeline
 from infoprobe.probes.errors import ResultsFileError
 from infoprobe.probes.results import ProbeResults
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig
+from infoprobe.train.loop import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -159,7 +159,7 @@ def test_a_schema_1_cache_is_read_but_never_resumed(run_dir, tmp_path):
         assert cache.header["created"] == new.header["created"]
         assert np.array_equal(cache.x[:], new.x[:])
         assert np.array_equal(cache["resid_post", -1][:], new["resid_post", -1][:])
-    from infoprobe.caching import cache_checkpoint
+    from infoprobe.pipeline.caching import cache_checkpoint
 
     with pytest.raises(ProvenanceMismatchError) as info:
         cache_checkpoint(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from infoprobe.heads import (
+from infoprobe.attention.program import (
     DIFFUSE,
     GLOBAL,
     NO_OPERATION,

@@ -25,8 +25,7 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from infoprobe.atomic import OutputExistsError
-from infoprobe.caching import cache_checkpoint
+from infoprobe.base.atomic import OutputExistsError
 from infoprobe.checkpoint import load_checkpoint, save_checkpoint
 from infoprobe.cli import main
 from infoprobe.influence import (
@@ -46,6 +45,7 @@ from infoprobe.influence import (
 )
 from infoprobe.influence.sensitivity import capture_tangents
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.tasks import make_task
 
 T, D = 8, 4

@@ -9,14 +9,14 @@ import pytest
 import torch
 from brute import first_argmax
 
-from infoprobe.caching import cache_checkpoint
+from infoprobe.attention.orientation import choose_orientation
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.cli import main
+from infoprobe.compare.sources import predicted_program
 from infoprobe.infoflow import InfoFlowError, predict, read_sets, retrievals
 from infoprobe.model import InfoFlowTransformer, ModelConfig
-from infoprobe.orientation import choose_orientation
-from infoprobe.pipeline import predict_for_cache
-from infoprobe.sources import predicted_program
+from infoprobe.pipeline.caching import cache_checkpoint
+from infoprobe.pipeline.run import predict_for_cache
 from infoprobe.tasks import TaskError, make_task
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_bad_input import TRAIN, assert_refused, run_command
 
-from infoprobe.atomic import (
+from infoprobe.base.atomic import (
     OutputBusyError,
     OutputExistsError,
     atomic_output,
@@ -263,7 +263,7 @@ def test_a_long_legal_name_has_legal_temp_names(monkeypatch, capsys, tmp_path):
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from infoprobe.atomic import output_lock
+    from infoprobe.base.atomic import output_lock
     with output_lock(sys.argv[1]):
         print("locked", flush=True)
         time.sleep(120)
@@ -320,7 +320,7 @@ def test_a_second_influence_writer_is_told_another_process_is_writing(files, hel
 
 
 def test_a_second_cache_writer_is_refused(files, held, tmp_path):
-    from infoprobe.caching import cache_checkpoint
+    from infoprobe.pipeline.caching import cache_checkpoint
 
     out = tmp_path / "acts.h5"
     pid = held(out)
@@ -359,7 +359,7 @@ def test_sigterm_removes_the_temporary_output(tmp_path):
         f"""
         import time, types
         from infoprobe import cli
-        from infoprobe.atomic import atomic_output
+        from infoprobe.base.atomic import atomic_output
 
         def action(args):
             with atomic_output({str(out)!r}) as tmp:
@@ -387,8 +387,8 @@ def test_sigterm_removes_the_temporary_output(tmp_path):
 
 def test_the_disk_message_states_the_margin(files, monkeypatch, tmp_path):
     import infoprobe.hooks.writer as writer
-    from infoprobe.caching import cache_checkpoint
     from infoprobe.hooks import InsufficientDiskError
+    from infoprobe.pipeline.caching import cache_checkpoint
 
     real = shutil.disk_usage
     free = 40_000 + writer.DISK_MARGIN_BYTES // 2  # more than the data, less than the margin
@@ -405,8 +405,8 @@ def test_the_disk_message_states_the_margin(files, monkeypatch, tmp_path):
 
 
 def test_the_cache_refusal_names_the_differing_hooks(files, tmp_path):
-    from infoprobe.caching import cache_checkpoint
     from infoprobe.hooks import ProvenanceMismatchError
+    from infoprobe.pipeline.caching import cache_checkpoint
 
     out = tmp_path / "acts.h5"
     cache_checkpoint(files / "model", out, n=20, batch_size=10, sites="layers", progress=False)
@@ -422,8 +422,8 @@ def test_the_cache_refusal_names_the_differing_hooks(files, tmp_path):
 def test_a_wrong_shape_layer_dataset_names_the_file_and_dataset(files, tmp_path):
     import h5py
 
+    from infoprobe.pipeline.probing import probe_cache
     from infoprobe.probes.errors import ProbeInputError
-    from infoprobe.probing import probe_cache
 
     acts = tmp_path / "acts.h5"
     shutil.copy(files / "acts.h5", acts)

@@ -86,7 +86,7 @@ def test_relative_imports_are_resolved(tmp_path):
     }
 
 
-BASE = {"infoprobe.atomic"}
+BASE = {"infoprobe.base.atomic"}
 """The base of file helpers (temporary names, output locks) the pillars may import."""
 
 

@@ -13,9 +13,9 @@ from infoprobe.cli import main
 from infoprobe.hooks import open_cache
 from infoprobe.infoflow import predict, read_sets
 from infoprobe.model import ModelConfig
-from infoprobe.pipeline import RunFolderError, RunSettings, probe_checkpoint, run_pipeline
+from infoprobe.pipeline.run import RunFolderError, RunSettings, probe_checkpoint, run_pipeline
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig
+from infoprobe.train.loop import TrainConfig
 
 TASK = make_task("intrinsic-dim", T=5, D=2)
 MODEL = ModelConfig(d_in=4, n_ctx=5, d_model=16, heads=(2, 2), d_mlp=16, d_readout=8)

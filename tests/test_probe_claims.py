@@ -17,10 +17,10 @@ import torch
 
 from infoprobe.hooks import open_cache, write_cache
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.pipeline.probing import ProbeSettings, probe_cache
 from infoprobe.probes.ridge import fit_ridge
-from infoprobe.probing import ProbeSettings, probe_cache
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig, train
+from infoprobe.train.loop import TrainConfig, train
 
 pytestmark = pytest.mark.slow
 N_CACHE = 3000

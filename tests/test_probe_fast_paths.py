@@ -13,12 +13,12 @@ from torch import nn
 
 from infoprobe.cli import build_parser
 from infoprobe.commands.run import run_settings_from_args
+from infoprobe.pipeline.probing import ProbeSettings
 from infoprobe.probes import chunked_fit, native
 from infoprobe.probes.batched_training import BatchedProbes, TrainingBudget, Workspace
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.mlp import BatchedMLP, fit_mlp_probe_sets, fit_mlp_probes
 from infoprobe.probes.query import BatchedQueryMLP, fit_query_probe, fit_query_probe_sets
-from infoprobe.probing import ProbeSettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,6 +15,7 @@ import torch
 
 from infoprobe.hooks import write_cache
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.pipeline.probing import ProbeSettings, probe_cache, run_probe
 from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.errors import (
     ControlMismatchError,
@@ -24,7 +25,6 @@ from infoprobe.probes.errors import (
 )
 from infoprobe.probes.observed import Thresholds
 from infoprobe.probes.results import ProbeResults
-from infoprobe.probing import ProbeSettings, probe_cache, run_probe
 
 T, D, E, N = 6, 2, 16, 1200
 SETTINGS = ProbeSettings(block_size=256)

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 from test_bad_input import run_command
 
-from infoprobe.demo import DemoConfig, rate_line
 from infoprobe.infoflow import predict, rate_comparison, separation_length
 from infoprobe.model import ModelConfig
+from infoprobe.pipeline.demo import DemoConfig, rate_line
 from infoprobe.reproduce import CLAIMS, gather
 from infoprobe.reproduce.results import format_summary
 from infoprobe.tasks import make_task

@@ -14,13 +14,13 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from PIL import Image
 
-from infoprobe.atomic import OutputExistsError
-from infoprobe.compare import CAVEAT, Observations, compare, crosstab, headline
+from infoprobe.attention.rollout import predict_rollout
+from infoprobe.base.atomic import OutputExistsError
+from infoprobe.compare.core import CAVEAT, Observations, compare, crosstab, headline
 from infoprobe.report import build as report_build
 from infoprobe.report.browser_check import check_report, find_chromium
 from infoprobe.report.build import ReportInputError, ReportInputs, write_report
 from infoprobe.report.figures import decodability_grid, set_agreement_codes, training_curve
-from infoprobe.rollout import predict_rollout
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 T, N, HEADS = 5, 12, (2, 1)
@@ -315,7 +315,7 @@ def write_pipeline_files(root, *, data_seed=5, pred_seed=None, model_seed=0, n=4
     from infoprobe.hooks import open_cache, write_cache
     from infoprobe.infoflow import predict, write_sets
     from infoprobe.model import InfoFlowTransformer, ModelConfig
-    from infoprobe.probing import ProbeSettings, run_probe
+    from infoprobe.pipeline.probing import ProbeSettings, run_probe
     from infoprobe.tasks import make_task
 
     task = make_task("intrinsic-dim", T=T, D=2, seed=0)

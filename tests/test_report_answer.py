@@ -15,9 +15,9 @@ from sklearn.metrics import roc_auc_score
 from test_report import T, make_inputs
 from test_rollout import random_patterns
 
-from infoprobe.compare import Observations, compare
-from infoprobe.demo import DemoConfig, index_page
-from infoprobe.pipeline import RunSummary
+from infoprobe.compare.core import Observations, compare
+from infoprobe.pipeline.demo import DemoConfig, index_page
+from infoprobe.pipeline.run import RunSummary
 from infoprobe.report.answer import (
     roc_curve,
     threshold_check,

@@ -23,7 +23,7 @@ from infoprobe.reproduce.timing import (
     time_point,
 )
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig, train
+from infoprobe.train.loop import TrainConfig, train
 
 
 def brute_force_wall(durations: list[float], workers: int) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infoprobe.rollout import (
+from infoprobe.attention.rollout import (
     RolloutConfig,
     RolloutError,
     attention_rollout,

@@ -10,7 +10,7 @@ from sklearn.metrics import r2_score
 from infoprobe.checkpoint import load_checkpoint
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train import (
+from infoprobe.train.loop import (
     NonFiniteLossError,
     TrainConfig,
     TrainingError,
@@ -97,7 +97,7 @@ def test_fixed_training_set_option_draws_the_set_once():
 def test_early_stopping_stops_after_patience_evaluations(monkeypatch):
     task = make_task("intrinsic-dim", T=4, D=1)
     scores = iter([0.5, 0.4, 0.45, 0.46, 0.3, 0.2])  # best at eval 2, then 2 worse
-    monkeypatch.setattr("infoprobe.train.evaluate", lambda *a, **k: next(scores, 1.0))
+    monkeypatch.setattr("infoprobe.train.loop.evaluate", lambda *a, **k: next(scores, 1.0))
     cfg = TrainConfig(steps=2000, batch_size=32, n_val=64, n_test=64, eval_every=10, patience=2)
     result = train(task, small_model(task), cfg, progress=False)
     assert result.stopped == "early stopping at step 40"

@@ -13,13 +13,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import infoprobe.seeds as seeds_module
+import infoprobe.train.seeds as seeds_module
 from infoprobe.cli import main
-from infoprobe.ensemble import EnsembleError
 from infoprobe.model import ModelConfig
-from infoprobe.seeds import train_seeds
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig, train
+from infoprobe.train.ensemble import EnsembleError
+from infoprobe.train.loop import TrainConfig, train
+from infoprobe.train.seeds import train_seeds
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -96,10 +96,10 @@ CHILD = """
 import os, signal, sys
 import torch
 torch.set_num_threads(1)
-import infoprobe.seeds as seeds_module
+import infoprobe.train.seeds as seeds_module
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig
+from infoprobe.train.loop import TrainConfig
 save = seeds_module.save_checkpoint
 calls = [0]
 def killing_save(*args, **kwargs):

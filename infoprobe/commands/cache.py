@@ -11,11 +11,11 @@ import json
 
 import torch
 
-from infoprobe.caching import DATA_SEED_OFFSET, checkpoint_cache_job
+from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import device, positive_int, seed, site_spec
-from infoprobe.errors import UsageError
 from infoprobe.hooks import PRESET_PATTERNS, CacheError, CacheFile, open_cache, read_header
 from infoprobe.hooks.schema import DatasetPlan
+from infoprobe.pipeline.caching import DATA_SEED_OFFSET, checkpoint_cache_job
 
 USAGE = """infoprobe cache CHECKPOINT --out FILE [--n N] [--sites SITES] [--batch B]
                        [--dtype {float32,float16}] [--data-seed S] [--random-init SEED]

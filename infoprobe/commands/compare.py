@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.attention.rollout import HEAD_FUSIONS, RolloutConfig
+from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import positive_float, unit_float
-from infoprobe.compare import CAVEAT, write_comparisons
-from infoprobe.errors import UsageError
-from infoprobe.rollout import HEAD_FUSIONS, RolloutConfig
-from infoprobe.sources import Compared, Sources, compare_sources, load_sources
+from infoprobe.compare.core import CAVEAT, write_comparisons
+from infoprobe.compare.sources import Compared, Sources, compare_sources, load_sources
 
 DESCRIPTION = """\
 Compare InfoFlow's predicted information sets I_pred(t, l) with the sets two instruments

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 
 from infoprobe.commands.argtypes import positive_int, seed_list
-from infoprobe.demo import DemoConfig, rate_line, run_demo, separation
+from infoprobe.pipeline.demo import DemoConfig, rate_line, run_demo, separation
 
 DESCRIPTION = """\
 The toolkit's point in one run (under 5 minutes on a 2-core CPU): two models on the

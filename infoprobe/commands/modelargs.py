@@ -2,7 +2,7 @@
 dataclasses (shared by commands).
 
 Every field of :class:`~infoprobe.model.ModelConfig` (but ``d_in``, ``n_ctx`` and
-``d_out``, which come from the task) and of :class:`~infoprobe.train.TrainConfig` becomes
+``d_out``, which come from the task) and of :class:`~infoprobe.train.loop.TrainConfig` becomes
 one option, in field order:
 
 - flag ``--field-name``; a ``bool`` field is ``--name`` if it defaults to off, ``--no-name``
@@ -29,6 +29,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import (
     device,
     non_negative_float,
@@ -37,10 +38,9 @@ from infoprobe.commands.argtypes import (
     positive_int,
     seed,
 )
-from infoprobe.errors import UsageError
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
-from infoprobe.train import DTYPES, TrainConfig
+from infoprobe.train.loop import DTYPES, TrainConfig
 
 DEFAULT_MODEL = ModelConfig(d_in=1, n_ctx=1)
 DEFAULT_TRAIN = TrainConfig()

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from infoprobe.atomic import atomic_output, check_writable, figure_bytes, refuse_existing
+from infoprobe.attention.orientation import recorded_orientation
+from infoprobe.base.atomic import atomic_output, check_writable, figure_bytes, refuse_existing
+from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import figure_file, positive_int, positive_int_list, seed
 from infoprobe.commands.modelargs import (
     MODEL_OPTIONS,
@@ -18,7 +20,6 @@ from infoprobe.commands.modelargs import (
     parse_heads,
 )
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.errors import UsageError
 from infoprobe.infoflow import (
     KTH_LAWS,
     InfoFlowError,
@@ -33,8 +34,7 @@ from infoprobe.infoflow import (
 )
 from infoprobe.infoflow.grid import default_heads
 from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
-from infoprobe.orientation import recorded_orientation
-from infoprobe.pipeline import predict_for_cache
+from infoprobe.pipeline.run import predict_for_cache
 from infoprobe.tasks import ORIENTATIONS, Task
 
 DESCRIPTION = """\
@@ -179,7 +179,7 @@ def register(subparsers) -> None:
 
 
 GRID_FIGURE_FORMAT = "infoprobe.predict-grid-figure"
-"""Format marker of a ``--plot`` figure (infoprobe.atomic.figure_bytes): ``--overwrite``
+"""Format marker of a ``--plot`` figure (infoprobe.base.atomic.figure_bytes): ``--overwrite``
 replaces only a figure carrying it."""
 
 

@@ -16,6 +16,7 @@ from infoprobe.commands.argtypes import (
     seed,
     split_fractions,
 )
+from infoprobe.pipeline.probing import PROBES, TARGETS, ProbeSettings, layer_summary, run_probe
 from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.observed import (
     DEFAULT_MARGIN,
@@ -23,7 +24,6 @@ from infoprobe.probes.observed import (
     DEFAULT_TAU_SAMPLE,
     Thresholds,
 )
-from infoprobe.probing import PROBES, TARGETS, ProbeSettings, layer_summary, run_probe
 
 EXAMPLES = """examples:
   infoprobe probe acts.h5 --control random-init.h5 --out probes.h5

@@ -7,7 +7,7 @@ import argparse
 from infoprobe.commands.argtypes import device
 from infoprobe.commands.run import add_analysis_arguments, run_settings_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.pipeline import probe_checkpoint
+from infoprobe.pipeline.run import probe_checkpoint
 
 EPILOG = """\
 examples:

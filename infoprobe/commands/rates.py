@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from infoprobe.atomic import atomic_output
+from infoprobe.base.atomic import atomic_output
+from infoprobe.base.header import make_header
 from infoprobe.commands.argtypes import positive_float
-from infoprobe.header import make_header
 from infoprobe.rates import fit_rates, format_rates, load_records, rate_figures
 from infoprobe.rates.fit import INTERVALS, NMSE_POWER, RateError
 

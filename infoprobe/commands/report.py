@@ -6,8 +6,8 @@ import argparse
 
 from infoprobe.commands.argtypes import non_negative_int
 from infoprobe.commands.compare import add_source_arguments, print_comparison, sources_from_args
+from infoprobe.compare.sources import checkpoint_history, compare_sources
 from infoprobe.report.build import from_sources, write_report
-from infoprobe.sources import checkpoint_history, compare_sources
 
 DESCRIPTION = """\
 Write a report folder: summary.json (every number and the provenance of every input

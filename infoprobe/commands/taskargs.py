@@ -11,8 +11,8 @@ import argparse
 import dataclasses
 from typing import Any
 
+from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import finite_float, seed
-from infoprobe.errors import UsageError
 from infoprobe.tasks import TASKS, Task, make_task
 
 TASK_SEED = "task_seed"

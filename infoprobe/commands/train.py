@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from infoprobe.atomic import OutputExistsError
+from infoprobe.base.atomic import OutputExistsError
+from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import seed_list
 from infoprobe.commands.modelargs import (
     add_model_arguments,
@@ -14,11 +15,10 @@ from infoprobe.commands.modelargs import (
     train_config_from_args,
 )
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.errors import UsageError
 from infoprobe.model import ModelConfig
-from infoprobe.seeds import train_seeds
 from infoprobe.tasks import Task
-from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
+from infoprobe.train.loop import NonFiniteLossError, TrainConfig, train_and_save
+from infoprobe.train.seeds import train_seeds
 
 EXAMPLES = """examples:
   infoprobe train --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 5e-3 --warmup 1000 \\

@@ -1,21 +1,23 @@
 """Flow: observed information sets by intervention on the input.
 
-Probes measure decodability (can x(s) be read from h(t, l)?); this package measures flow:
-does h(t, l) move when x(s) moves? Two questions, one file format (docs/influence.md):
+Probes measure decodability (can x(s) be read from h(t, l)?); this package measures
+flow: does h(t, l) move when x(s) moves? Two questions, one file format
+(docs/influence.md):
 
 - local sensitivity (``method="local"``): the share of the state's variance that x(s)
-  explains through the linearised network, g = σ² ‖∂h_{t,l}/∂x(s)‖_F² / v(l, t), exact by
-  forward-mode AD (``estimator="jacobian"``, default) or by finite differences along K
-  random directions (``estimator="fd"``);
-- resample ablation (``method="resample"``): the mean squared move of the state when
-  x(s) is replaced by another sample's, over 2 v(l, t).
+explains through the linearised network, g = σ² ‖∂h_{t,l}/∂x(s)‖_F² / v(l, t), exact by
+forward-mode AD (``estimator="jacobian"``, default) or by finite differences along K
+random directions (``estimator="fd"``); - resample ablation (``method="resample"``): the
+mean squared move of the state when   x(s) is replaced by another sample's, over 2 v(l,
+t).
 
-Scores are float32 [L+1, n, T+1, T] (layer, sample, token, position); s ∈ I_flow(i, t, l)
-iff g ≥ r / T with r = :data:`DEFAULT_FLOW_FRACTION` = 0.25.
+Scores are float32 [L+1, n, T+1, T] (layer, sample, token, position); s ∈ I_flow(i, t,
+l) iff g ≥ r / T with r = :data:`DEFAULT_FLOW_FRACTION` = 0.25.
 
-    from infoprobe.influence import InfluenceSettings, influence_for_cache, read_influence
-    influence_for_cache("runs/id", "runs/id/acts.h5", "runs/id/influence.h5")
-    sets = read_influence("runs/id/influence.h5").sets()   # bool [L+1, n, T+1, T+1]
+    from infoprobe.influence import InfluenceSettings, influence_for_cache,
+read_influence     influence_for_cache("runs/id", "runs/id/acts.h5",
+"runs/id/influence.h5")     sets = read_influence("runs/id/influence.h5").sets()   #
+bool [L+1, n, T+1, T+1]
 """
 
 from infoprobe.influence.errors import (

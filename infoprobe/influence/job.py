@@ -2,7 +2,7 @@
 
 The scores are computed on the cache's ``/inputs/x`` (rows 0..n-1), through the
 checkpoint's trained weights or, as a control, through the same architecture initialised
-from a seed (:func:`infoprobe.caching.random_init_model`). The cache must come from this
+from a seed (:func:`infoprobe.pipeline.caching.random_init_model`). The cache must come from this
 checkpoint (its ``checkpoint_sha256`` and model config), which a random-init control cache
 of the checkpoint also satisfies (it records the checkpoint it controls).
 """
@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infoprobe.atomic import locked_output
-from infoprobe.caching import random_init_model
+from infoprobe.base.atomic import locked_output
 from infoprobe.checkpoint import Checkpoint, load_checkpoint
 from infoprobe.hooks import CacheFile, open_cache
 from infoprobe.influence.errors import InfluenceError
 from infoprobe.influence.settings import InfluenceSettings
 from infoprobe.influence.store import BlockCallback, InfluenceFile, preflight, write_influence
+from infoprobe.pipeline.caching import random_init_model
 
 
 def model_state_sha256(model: torch.nn.Module) -> str:

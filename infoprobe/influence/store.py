@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from transformer_lens import HookedRootModule
 
-from infoprobe.atomic import OutputExistsError, atomic_output, locked_output
-from infoprobe.header import axes_of, json_field, label_axes, make_header, write_attrs
+from infoprobe.base.atomic import OutputExistsError, atomic_output, locked_output
+from infoprobe.base.header import axes_of, json_field, label_axes, make_header, write_attrs
 from infoprobe.hooks.hdf5 import check_format, is_hdf5_file, json_differences, open_hdf5, plain_attr
 from infoprobe.hooks.schema import chunk_rows
 from infoprobe.influence.errors import (

@@ -1,10 +1,9 @@
 """The InfoFlow engine: information sets, programs, the cost law and predictions.
 
-from infoprobe.infoflow import predict
-p = predict(make_task("intrinsic-dim", D=3, T=64), (3, 3), d_model=48)
-p.verdict, p.exponent(64), p.min_heads, print(p.describe())
-sets = p.sets(x)    # bool [L+1, n, T+1, T+1] (layer, sample, token, position)
-keys = retrievals(p.program, x)  # per retrieval op: the key it chooses, int [n, Q]
+from infoprobe.infoflow import predict p = predict(make_task("intrinsic-dim", D=3,
+T=64), (3, 3), d_model=48) p.verdict, p.exponent(64), p.min_heads, print(p.describe())
+sets = p.sets(x)    # bool [L+1, n, T+1, T+1] (layer, sample, token, position) keys =
+retrievals(p.program, x)  # per retrieval op: the key it chooses, int [n, Q]
 """
 
 from .arch import Architecture, as_architecture

@@ -20,8 +20,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from infoprobe.atomic import atomic_output
-from infoprobe.header import (
+from infoprobe.base.atomic import atomic_output
+from infoprobe.base.header import (
     axes_of,
     check_header,
     json_field,

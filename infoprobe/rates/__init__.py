@@ -2,9 +2,9 @@
 
     from infoprobe.rates import fit_rates, format_rates, load_records
 
-    records = load_records(["reproduce/cost-law/quick/results.json"])
-    table = fit_rates(records)  # one fit per (task, T, arch), slope ratios per (task, T)
-    print(format_rates(table))
+    records = load_records(["reproduce/cost-law/quick/results.json"])     table =
+fit_rates(records)  # one fit per (task, T, arch), slope ratios per (task, T)
+print(format_rates(table))
 
 The law: P ~ eps^-alpha parameters; with NMSE ~ eps^2 the predicted slope of log NMSE on
 log P is -2/alpha, and the ratio of two architectures' slopes is the inverse ratio of

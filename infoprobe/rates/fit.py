@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from infoprobe.errors import UsageError
+from infoprobe.base.errors import UsageError
 
 DID_NOT_TRAIN_NMSE = 0.9
 """A run whose best validation NMSE is at least this did not train (a constant predictor

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infoprobe.header import check_header, make_header, read_json_object
+from infoprobe.base.header import check_header, make_header, read_json_object
 from infoprobe.model import ModelConfig
 from infoprobe.rates.fit import RateError, RateRecord
 from infoprobe.rates.params import parameter_counts

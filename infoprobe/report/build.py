@@ -19,17 +19,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from infoprobe import __version__
-from infoprobe.agreement import TauSweep
-from infoprobe.atomic import atomic_output
-from infoprobe.compare import CAVEAT, Comparison, Crosstab, Observations, scope_masks
-from infoprobe.header import make_header
+from infoprobe.attention.orientation import recorded_orientation
+from infoprobe.base.atomic import atomic_output
+from infoprobe.base.header import make_header
+from infoprobe.base.jsonable import jsonable
+from infoprobe.compare.agreement import TauSweep
+from infoprobe.compare.core import CAVEAT, Comparison, Crosstab, Observations, scope_masks
+from infoprobe.compare.sources import Compared, Sources
 from infoprobe.infoflow import Architecture, predict
-from infoprobe.jsonable import jsonable
-from infoprobe.orientation import recorded_orientation
 from infoprobe.report import answer, figures
 from infoprobe.report.answer import ViolationSources
 from infoprobe.report.html import render_html
-from infoprobe.sources import Compared, Sources
 from infoprobe.tasks import task_from_dict
 
 SUMMARY = "summary.json"
@@ -51,13 +51,13 @@ class ReportInputError(ValueError):
 class ReportInputs:
     """Everything a report shows.
 
-    comparisons: instrument → predictor → :class:`~infoprobe.compare.Comparison` (each
-    holds its instrument's :class:`~infoprobe.compare.Observations`, arrays for figures);
+    comparisons: instrument → predictor → :class:`~infoprobe.compare.core.Comparison` (each
+    holds its instrument's :class:`~infoprobe.compare.core.Observations`, arrays for figures);
     InfoFlow is predictor "infoflow", the first instrument is the primary one.
     predicted: bool [L+1, n, T+1, T+1] InfoFlow sets, samples aligned with observations.
     rollout_sets: optional second predictor's sets [L+1, n, T+1, T+1] (per-sample view).
-    table: flow × decodability per sample (:class:`~infoprobe.compare.Crosstab`) or None.
-    heads: the observed program (anything with ``to_dict()``, see infoprobe.heads) or None.
+    table: flow × decodability per sample (:class:`~infoprobe.compare.core.Crosstab`) or None.
+    heads: the observed program (``to_dict()``: infoprobe.attention.program) or None.
     headline: one line per layer (every instrument's AUROC, controls beside).
     patterns: per block b, float [k, h_b, T+1, T+1] attention patterns of k samples;
     pattern_samples: their indices on the n axis (length k). Empty: no attention panels.
@@ -151,7 +151,7 @@ def from_sources(
     notes: Mapping[str, Any] | None = None,
     extra_provenance: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ReportInputs:
-    """Report inputs from loaded :class:`~infoprobe.sources.Sources` and what was compared."""
+    """Report inputs from loaded :class:`~infoprobe.compare.sources.Sources` and the comparison."""
     shown = list(range(min(n_sample_views, sources.predicted.shape[1])))
     task, arch = sources.sets_file.task, sources.sets_file.arch
     exponent = exponent_of(sources)

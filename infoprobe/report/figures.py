@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from infoprobe.agreement import TauSweep
+from infoprobe.compare.agreement import TauSweep
 
 PREDICTED_EDGE = "white"
 VIOLATION_COLOR = "#e8112d"
@@ -388,7 +388,7 @@ def tau_sweep_figure(
 ) -> Figure:
     """Precision, recall and violation rate against τ, one line per (predictor, layer).
 
-    sweeps: predictor name → :class:`~infoprobe.compare.TauSweep` (agreement [k, L+1]).
+    sweeps: predictor name → :class:`~infoprobe.compare.core.TauSweep` (agreement [k, L+1]).
     Colour = layer, line style = predictor; the dashed vertical line marks the fixed τ.
     instrument, score_name: what was thresholded (named in the title).
     """

@@ -4,14 +4,14 @@ each measurement, figures and a report section.
     from infoprobe.reproduce import CLAIMS, estimate, reproduce
 
     if __name__ == "__main__":  # worker processes import the calling script
-        print(estimate("intrinsic-dim", profile="paper").table())  # timed, nothing trained
-        r = reproduce("intrinsic-dim", profile="quick")  # resumable, run by run
-        print(r.summary())  # table + checks
-        small = CLAIMS["triangle"].profile("quick").override(train={"steps": 50}, points=[0])
-        reproduce("triangle", profile=small, seeds=1, out="tmp/tri")
+print(estimate("intrinsic-dim", profile="paper").table())  # timed, nothing trained
+r = reproduce("intrinsic-dim", profile="quick")  # resumable, run by run
+print(r.summary())  # table + checks         small =
+CLAIMS["triangle"].profile("quick").override(train={"steps": 50}, points=[0])
+reproduce("triangle", profile=small, seeds=1, out="tmp/tri")
 
-Claims (``CLAIMS``): intrinsic-dim, triangle, depth-separation, fixed-positions,
-argmax-probe, head-count; each with a ``quick`` (2-core CPU) and a ``paper`` profile.
+Claims (``CLAIMS``): intrinsic-dim, triangle, depth-separation, fixed-positions, argmax-
+probe, head-count; each with a ``quick`` (2-core CPU) and a ``paper`` profile.
 """
 
 from infoprobe.reproduce.backends import LocalBackend, RayBackend, make_backend, plan_workers

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from infoprobe.caching import DATA_SEED_OFFSET, cache_checkpoint
 from infoprobe.checkpoint import load_checkpoint
-from infoprobe.probing import ProbeSettings, probe_cache
+from infoprobe.pipeline.caching import DATA_SEED_OFFSET, cache_checkpoint
+from infoprobe.pipeline.probing import ProbeSettings, probe_cache
 from infoprobe.reproduce.grid import ReproduceError
 
 PATTERN = "blocks.{b}.attn.hook_pattern"

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
-from infoprobe.ensemble import SHARED_FIELDS, shape_of
-from infoprobe.jsonable import json_sha256
+from infoprobe.base.jsonable import json_sha256
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
-from infoprobe.train import TrainConfig
+from infoprobe.train.ensemble import SHARED_FIELDS, shape_of
+from infoprobe.train.loop import TrainConfig
 
 
 class ReproduceError(ValueError):
@@ -358,8 +358,8 @@ def describe_runs(specs: Sequence[RunSpec]) -> str:
 
 def group_key(spec: RunSpec) -> str:
     """Runs with equal keys can train as one batched ensemble: the same task, the same
-    model shape (:func:`infoprobe.ensemble.shape_of`), the same shared training fields
-    (:data:`infoprobe.ensemble.SHARED_FIELDS`) and execution settings."""
+    model shape (:func:`infoprobe.train.ensemble.shape_of`), the same shared training fields
+    (:data:`infoprobe.train.ensemble.SHARED_FIELDS`) and execution settings."""
     cfg = spec.train_config()
     return json.dumps(
         {

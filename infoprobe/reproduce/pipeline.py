@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from infoprobe.atomic import atomic_output, mark_png, refuse_existing
+from infoprobe.base.atomic import atomic_output, mark_png, refuse_existing
 from infoprobe.report.build import render_png
 from infoprobe.reproduce.backends import (
     BackendError,

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infoprobe.atomic import atomic_output
-from infoprobe.header import check_header, make_header, read_json_object
+from infoprobe.base.atomic import atomic_output
+from infoprobe.base.header import check_header, make_header, read_json_object
 from infoprobe.infoflow import predict
 from infoprobe.reproduce.grid import Claim, GridPoint, Profile, ReproduceError, RunSpec
 

@@ -30,14 +30,14 @@ from typing import Any
 
 import torch
 
-from infoprobe.atomic import atomic_output
+from infoprobe.base.atomic import atomic_output
+from infoprobe.base.header import check_header, make_header, read_json_object
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
-from infoprobe.ensemble import train_ensemble
-from infoprobe.header import check_header, make_header, read_json_object
 from infoprobe.reproduce.analyses import run_analysis
 from infoprobe.reproduce.grid import ReproduceError, RunSpec
-from infoprobe.train import NonFiniteLossError, TrainResult, train
+from infoprobe.train.ensemble import train_ensemble
+from infoprobe.train.loop import NonFiniteLossError, TrainResult, train
 
 RECORD = "record.json"
 RECORD_FORMAT = "infoprobe.reproduce.run"

@@ -2,7 +2,7 @@
 
 For each group of runs the backend will train together (one run, or a batched ensemble of
 runs of one shape), a few real training steps (batch drawing, forward, backward, AdamW,
-clipping: the code :func:`infoprobe.train.train` or :class:`infoprobe.ensemble.Ensemble`
+clipping: the code :func:`infoprobe.train.loop.train` or :class:`infoprobe.train.ensemble.Ensemble`
 runs) and one validation pass are timed on this machine with the sweep's threads per
 run; with ``compile`` the first step's extra time is the compilation, counted once per
 group. A group's time is then ``compile + steps * step time + members * evaluations *
@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from infoprobe.ensemble import Ensemble
 from infoprobe.reproduce.grid import GridPoint, RunSpec, describe_runs, group_runs
 from infoprobe.reproduce.runs import torch_threads
-from infoprobe.train import (
+from infoprobe.train.ensemble import Ensemble
+from infoprobe.train.loop import (
     TRAIN_STREAM,
     VAL_STREAM,
     TrainConfig,
@@ -145,7 +145,7 @@ def time_point(
 
 
 def evaluations(cfg: TrainConfig) -> float:
-    """Validation passes :func:`~infoprobe.train.train` makes (every ``eval_every`` steps
+    """Validation passes :func:`~infoprobe.train.loop.train` makes (every ``eval_every`` steps
     and at the last step), plus its test pass in units of one validation pass."""
     return math.ceil(cfg.steps / cfg.eval_every) + cfg.n_test / cfg.n_val
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infoprobe.errors import CompareInputError
+from infoprobe.base.errors import CompareInputError
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:

@@ -33,14 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from infoprobe.atomic import atomic_output, locked_output, refuse_existing
-from infoprobe.caching import cache_checkpoint
-from infoprobe.chain import output_identity
+from infoprobe.attention.orientation import choose_orientation, recorded_orientation
+from infoprobe.attention.rollout import RolloutConfig
+from infoprobe.base.atomic import atomic_output, locked_output, refuse_existing
+from infoprobe.base.header import check_header, make_header, read_json_object, with_header
+from infoprobe.base.jsonable import json_sha256
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
-from infoprobe.compare import FORMAT as COMPARISON_FORMAT
-from infoprobe.compare import read_comparisons, write_comparisons
-from infoprobe.header import check_header, make_header, read_json_object, with_header
+from infoprobe.compare.core import FORMAT as COMPARISON_FORMAT
+from infoprobe.compare.core import read_comparisons, write_comparisons
+from infoprobe.compare.sources import checkpoint_history, compare_sources, load_sources
 from infoprobe.hooks import FORMAT as CACHE_FORMAT
 from infoprobe.hooks import layer_sites, open_cache, resolve_sites
 from infoprobe.hooks.hdf5 import json_differences
@@ -49,25 +51,23 @@ from infoprobe.influence import InfluenceSettings, influence_for_cache
 from infoprobe.influence.store import FORMAT as INFLUENCE_FORMAT
 from infoprobe.infoflow import as_architecture, predict, read_sets, write_sets
 from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
-from infoprobe.jsonable import json_sha256
 from infoprobe.model import InfoFlowTransformer, ModelConfig
-from infoprobe.orientation import choose_orientation, recorded_orientation
+from infoprobe.pipeline.caching import cache_checkpoint
+from infoprobe.pipeline.chain import output_identity
+from infoprobe.pipeline.probing import ProbeSettings, run_probe
 from infoprobe.probes.results import FORMAT as PROBES_FORMAT
 from infoprobe.probes.split import TEST, make_split
 from infoprobe.probes.validate import check_finite
-from infoprobe.probing import ProbeSettings, run_probe
 from infoprobe.report.build import FORMAT as REPORT_FORMAT
 from infoprobe.report.build import from_sources, write_report
-from infoprobe.rollout import RolloutConfig
-from infoprobe.seeds import differing_settings, seed_dir, train_seeds
-from infoprobe.sources import checkpoint_history, compare_sources, load_sources
 from infoprobe.tasks import Task, task_from_dict
-from infoprobe.train import NonFiniteLossError, TrainConfig, train_and_save
+from infoprobe.train.loop import NonFiniteLossError, TrainConfig, train_and_save
+from infoprobe.train.seeds import differing_settings, seed_dir, train_seeds
 
 MANIFEST = "run.json"
 FORMAT = "infoprobe.run"
 SCHEMA_VERSION = 3
-"""3: each stage records the ``identity`` of its outputs (infoprobe.chain). 2: the common
+"""3: each stage records the ``identity`` of its outputs (infoprobe.pipeline.chain). 2: the common
 header of docs/conventions.md. run.json of schema 1 and 2 is still read (the identities are
 recorded at the next run), and rewritten with the new header at the next stage."""
 CONTROL_SEED = 12_345
@@ -202,7 +202,7 @@ class Stage:
     resumable: bool = False  # build() itself resumes a partial output (the cache)
     also_writes: tuple[str, ...] = ()  # further outputs: up to date only if all exist
     kinds: dict[str, str] = field(default_factory=dict)
-    """Output name -> the format marker it must carry to be replaced (infoprobe.atomic)."""
+    """Output name -> the format marker it must carry to be replaced (infoprobe.base.atomic)."""
 
     def complete(self, folder: Path) -> bool:
         """Whether every output of the stage exists in ``folder``."""
@@ -283,7 +283,7 @@ class RunFolder:
             self._say(f"{label} done in {seconds:.0f} s: {target}")
 
     def _identity(self, stage: Stage) -> dict[str, Any]:
-        """What each output of ``stage`` was made from (infoprobe.chain)."""
+        """What each output of ``stage`` was made from (infoprobe.pipeline.chain)."""
         return {n: output_identity(self.path / n) for n in (stage.output, *stage.also_writes)}
 
     def _check_chain(self, stages: list[Stage]) -> set[str]:
@@ -399,7 +399,7 @@ def predict_for_cache(
     ``/inputs/x``; the sets file records the cache's data seed, N and checkpoint hash so
     the comparison can refuse mismatched files. ``orientation``: "auto" (the orientation
     of each comparison the model's heads implement, read from the cached attention
-    patterns by :func:`infoprobe.orientation.choose_orientation`; all declared when the
+    patterns by :func:`infoprobe.attention.orientation.choose_orientation`; all declared when the
     cache holds no patterns), "declared", "mirrored" (every comparison that has a mirror),
     or one of those two per comparison.
     """

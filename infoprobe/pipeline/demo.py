@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-from infoprobe.atomic import atomic_output, mark_html, refuse_existing
+from infoprobe.base.atomic import atomic_output, mark_html, refuse_existing
 from infoprobe.model import ModelConfig
-from infoprobe.pipeline import RunSettings, RunSummary, run_pipeline
+from infoprobe.pipeline.run import RunSettings, RunSummary, run_pipeline
 from infoprobe.report.figures import file_stem
 from infoprobe.report.html import STYLE
 from infoprobe.tasks import make_task
-from infoprobe.train import TrainConfig
+from infoprobe.train.loop import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _one_model(args: tuple[str, tuple[int, int], DemoConfig, Path, bool, int]) -
 
 INDEX_FORMAT = "infoprobe.demo-index"
 """Format marker of the demo's index.html (its ``infoprobe-format`` meta tag): a re-run
-replaces only an index.html carrying it (infoprobe.atomic)."""
+replaces only an index.html carrying it (infoprobe.base.atomic)."""
 
 
 def run_demo(

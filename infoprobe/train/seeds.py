@@ -23,13 +23,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from infoprobe.atomic import atomic_output, check_writable, refuse_existing
+from infoprobe.base.atomic import atomic_output, check_writable, refuse_existing
+from infoprobe.base.header import check_header, make_header
 from infoprobe.checkpoint import read_checkpoint_meta, save_checkpoint
-from infoprobe.ensemble import EnsembleError, train_ensemble
-from infoprobe.header import check_header, make_header
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
-from infoprobe.train import TrainConfig, TrainResult
+from infoprobe.train.ensemble import EnsembleError, train_ensemble
+from infoprobe.train.loop import TrainConfig, TrainResult
 
 FORMAT = "infoprobe.seeds"
 SCHEMA_VERSION = 2
@@ -134,7 +134,7 @@ def train_seeds(
 
     Seeds already finished in ``out`` are kept and not trained again. A seed whose loss
     became non-finite keeps its last good model; its ``stopped`` says so. ``threads``:
-    torch CPU threads, as for :func:`~infoprobe.train.train`.
+    torch CPU threads, as for :func:`~infoprobe.train.loop.train`.
     """
     out, seeds = Path(out), [int(s) for s in seeds]
     if len(set(seeds)) != len(seeds):

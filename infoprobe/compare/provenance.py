@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from infoprobe.jsonable import jsonable
+from infoprobe.base.jsonable import jsonable
 
 PROVENANCE_REQUIRED = ("task", "data_seed", "n")
 """Provenance fields both inputs of a comparison must carry and agree on."""

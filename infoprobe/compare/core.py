@@ -7,7 +7,7 @@ one :class:`Observations`: per-sample sets and/or a continuous per-sample score
 thresholds that made the sets and its provenance. A third instrument plugs in the same way.
 
 The predicted sets are the reference and the observed sets the measurement (counts and
-rates: :mod:`infoprobe.agreement`). Each token's own position s = t is in every predicted
+rates: :mod:`infoprobe.compare.agreement`). Each token's own position s = t is in every predicted
 set (I(t, 0) = {t} and sets only grow), so it would inflate every agreement number: it is
 reported apart (scope ``own``) and every headline number is about the other positions
 (scope ``others``). CLS has no own data position.
@@ -34,13 +34,13 @@ from typing import Any, Literal
 import numpy as np
 from einops import rearrange
 
-from infoprobe.agreement import MemberWhen, SetAgreement, TauSweep, tau_sweep
-from infoprobe.atomic import atomic_output
-from infoprobe.auroc import auroc
-from infoprobe.errors import CompareInputError
-from infoprobe.header import check_header, make_header, read_json_object
-from infoprobe.jsonable import jsonable
-from infoprobe.provenance import ProvenanceError
+from infoprobe.base.atomic import atomic_output
+from infoprobe.base.errors import CompareInputError
+from infoprobe.base.header import check_header, make_header, read_json_object
+from infoprobe.base.jsonable import jsonable
+from infoprobe.compare.agreement import MemberWhen, SetAgreement, TauSweep, tau_sweep
+from infoprobe.compare.auroc import auroc
+from infoprobe.compare.provenance import ProvenanceError
 
 CAVEAT = (
     "Observed is not used. A probe that recovers x(s) from token t's state shows that the "

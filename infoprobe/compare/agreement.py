@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from infoprobe.errors import CompareInputError
-from infoprobe.jsonable import jsonable
+from infoprobe.base.errors import CompareInputError
+from infoprobe.base.jsonable import jsonable
 
 MemberWhen = Literal["below", "above"]
 """How a continuous score makes a set: members are the values below τ (errors) or at least τ

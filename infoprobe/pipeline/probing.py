@@ -22,7 +22,7 @@ from typing import Any
 import einops
 import numpy as np
 
-from infoprobe.atomic import locked_output, refuse_existing, remove_stale_temps
+from infoprobe.base.atomic import locked_output, refuse_existing, remove_stale_temps
 from infoprobe.hooks import CacheFile, layer_sites, open_cache
 from infoprobe.infoflow.store import inputs_hash
 from infoprobe.probes.batched_training import TrainingBudget
@@ -563,7 +563,7 @@ def run_probe(
 ) -> ProbeResults:
     """:func:`probe_cache`, then write the results to ``out`` (temp name + rename).
 
-    Raises :class:`~infoprobe.atomic.OutputExistsError` (a ``FileExistsError``) before any
+    Raises :class:`~infoprobe.base.atomic.OutputExistsError` (a ``FileExistsError``) before any
     work if ``out`` exists and not ``overwrite``.
     """
     out_path = Path(out)

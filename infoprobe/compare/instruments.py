@@ -6,7 +6,7 @@
 - **Flow** (influence files): does h(t, l) move when x(s) moves? Local sensitivity (a nudge)
   or resample ablation (x(s) redrawn); see docs/influence.md.
 
-The comparison (:mod:`infoprobe.compare`) consumes any of them the same way; a further
+The comparison (:mod:`infoprobe.compare.core`) consumes any of them the same way; a further
 instrument only needs a function here that returns :class:`Observations`.
 
 Corrected per-sample decodability. A probe's per-sample error is e_i = ‖x̂_i − x_i‖² /
@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from infoprobe.compare import Observations
+from infoprobe.compare.core import Observations
 
 ScoreKind = Literal["r2", "selectivity"]
 TARGETS = "positions"

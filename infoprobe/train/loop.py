@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from infoprobe.atomic import check_writable, refuse_existing
+from infoprobe.base.atomic import check_writable, refuse_existing
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.model import MAX_SEED, InfoFlowTransformer, ModelConfig

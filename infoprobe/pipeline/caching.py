@@ -1,0 +1,162 @@
+"""Build an activation cache from a checkpoint: the hub glue around ``infoprobe.hooks``.
+
+The data come from the checkpoint's own task: batch b of a cache is
+``task.sample(size_b, numpy.random.default_rng([data_seed, b]))`` (docs/conventions.md),
+so a resumed or repeated run regenerates exactly the same samples. The default data
+seed is the training seed + :data:`DATA_SEED_OFFSET`, which keeps the cached samples
+apart from the training, validation and test streams (``default_rng([seed, 0|1|2])``).
+
+A *random-init control* caches the same samples through a model of the same
+architecture whose weights are freshly initialised from a seed: the probes stage fits
+the same probes on it to show what an untrained network already makes decodable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from infoprobe.base.atomic import remove_stale_temps
+from infoprobe.checkpoint import Checkpoint, load_checkpoint
+from infoprobe.hooks import CachePlan, CacheSummary, plan_cache, write_cache
+from infoprobe.hooks.writer import BatchFn
+from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.tasks import Task
+
+DATA_SEED_OFFSET = 10_000
+"""Default data seed = training seed + this (never equal to the training seed)."""
+SAMPLER = "task.sample(size_b, numpy.random.default_rng([data_seed, b]))"
+
+
+def default_data_seed(checkpoint: Checkpoint) -> int:
+    """Training seed of ``checkpoint`` (0 if unrecorded) + :data:`DATA_SEED_OFFSET`."""
+    return int(checkpoint.meta.get("train_config", {}).get("seed", 0)) + DATA_SEED_OFFSET
+
+
+def data_spec(task: Task, *, n: int, batch_size: int, data_seed: int) -> dict[str, Any]:
+    """The JSON description of a cache's samples: everything needed to regenerate them."""
+    return {
+        "task": task.to_dict(),
+        "n": n,
+        "batch_size": batch_size,
+        "data_seed": data_seed,
+        "sampler": SAMPLER,
+    }
+
+
+def task_batch_fn(task: Task, data_seed: int) -> BatchFn:
+    """``batch_fn(b, size)`` drawing batch b of the task from ``default_rng([data_seed, b])``."""
+
+    def batch_fn(index: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+        return task.sample(size, np.random.default_rng([data_seed, index]))
+
+    return batch_fn
+
+
+def random_init_model(config: ModelConfig, seed: int) -> InfoFlowTransformer:
+    """A model of the same architecture with weights freshly initialised from ``seed``."""
+    return InfoFlowTransformer(config, seed=seed).eval()
+
+
+@dataclass(frozen=True)
+class CacheJob:
+    """Everything :func:`write_cache` needs, planned (sizes known) but not yet written."""
+
+    model: InfoFlowTransformer
+    batch_fn: BatchFn
+    provenance: dict[str, Any]
+    plan: CachePlan
+    sites: str
+
+    def run(
+        self,
+        out: str | os.PathLike,
+        *,
+        overwrite: bool = False,
+        progress: bool = True,
+        durable: bool = False,
+    ) -> CacheSummary:
+        """Write (or resume) the cache at ``out`` (``durable``: fsync every batch); temp
+        files a killed earlier run left beside ``out`` are removed first."""
+        remove_stale_temps(Path(out))
+        return write_cache(
+            out,
+            self.model,
+            self.batch_fn,
+            n=self.plan.n,
+            batch_size=self.plan.batch_size,
+            sites=self.sites,
+            provenance=self.provenance,
+            dtype=self.plan.dtype,
+            overwrite=overwrite,
+            progress=progress,
+            plan=self.plan,
+            durable=durable,
+        )
+
+
+def checkpoint_cache_job(
+    checkpoint: str | os.PathLike | Checkpoint,
+    *,
+    n: int = 20_000,
+    sites: str = "residual,attention",
+    batch_size: int = 512,
+    dtype: str = "float32",
+    data_seed: int | None = None,
+    random_init_seed: int | None = None,
+    device: str | torch.device = "cpu",
+) -> CacheJob:
+    """Plan the cache of a checkpoint on ``n`` fresh samples of its task.
+
+    Args:
+        checkpoint: checkpoint folder (or a loaded :class:`Checkpoint`).
+        n: samples N. sites: hook sites (presets ``residual``, ``attention``, ``layers``,
+            ``all``; names; ``re:`` regexes). batch_size: samples per forward and commit.
+        dtype: activation storage, ``float32`` or ``float16``.
+        data_seed: seed of the samples (default :func:`default_data_seed`).
+        random_init_seed: cache a random-init control (same architecture and samples,
+            weights initialised from this seed) instead of the trained weights.
+        device: torch device of the forward passes.
+
+    The provenance records the checkpoint's weights hash, its model config, the data
+    spec and ``random_init_seed`` (None for the trained weights).
+    """
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    seed = default_data_seed(ckpt) if data_seed is None else int(data_seed)
+    if random_init_seed is None:
+        model = ckpt.model
+    else:
+        model = random_init_model(ckpt.model_config, int(random_init_seed))
+    model = model.to(device)
+    batch_fn = task_batch_fn(ckpt.task, seed)
+    provenance = {
+        "checkpoint_sha256": ckpt.weights_sha256,
+        "model_config": ckpt.model_config.to_dict(),
+        "data_spec": data_spec(ckpt.task, n=n, batch_size=batch_size, data_seed=seed),
+        "random_init_seed": random_init_seed,
+    }
+    plan = plan_cache(model, batch_fn, n=n, batch_size=batch_size, sites=sites, dtype=dtype)
+    return CacheJob(model, batch_fn, provenance, plan, sites)
+
+
+def cache_checkpoint(
+    checkpoint: str | os.PathLike | Checkpoint,
+    out: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    durable: bool = False,
+    **options: Any,
+) -> CacheSummary:
+    """Cache a checkpoint's activations to ``out`` (resuming an interrupted run).
+
+    ``options`` are those of :func:`checkpoint_cache_job` (n, sites, batch_size, dtype,
+    data_seed, random_init_seed, device). Returns the :class:`CacheSummary`.
+    """
+    job = checkpoint_cache_job(checkpoint, **options)
+    return job.run(Path(out), overwrite=overwrite, progress=progress, durable=durable)
