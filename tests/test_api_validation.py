@@ -17,7 +17,7 @@ from infoprobe.infoflow import InfoFlowError, predict
 from infoprobe.model import InfoFlowTransformer, ModelConfig, ModelInputError
 from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.pipeline.probing import ProbeSettings
-from infoprobe.pipeline.run import RunSettings
+from infoprobe.pipeline.settings import RunSettings
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.tasks import make_task
 from infoprobe.train.loop import TrainConfig, train

@@ -488,7 +488,8 @@ def test_a_nan_state_names_the_dataset_and_its_own_index(probed_files, tmp_path)
 
 
 def test_run_settings_are_validated_before_any_file_is_touched():
-    from infoprobe.pipeline.run import RunFolderError, RunSettings
+    from infoprobe.pipeline.folder import RunFolderError
+    from infoprobe.pipeline.settings import RunSettings
     from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
 
     with pytest.raises(RunFolderError, match="n_cache"):

@@ -25,7 +25,8 @@ from infoprobe.influence import read_influence
 from infoprobe.infoflow import read_sets
 from infoprobe.infoflow.errors import SetsFileError
 from infoprobe.model import ModelConfig
-from infoprobe.pipeline.run import RunSettings, run_pipeline
+from infoprobe.pipeline.run import run_pipeline
+from infoprobe.pipeline.settings import RunSettings
 from infoprobe.probes.errors import ResultsFileError
 from infoprobe.probes.results import ProbeResults
 from infoprobe.tasks import make_task

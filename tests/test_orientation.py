@@ -16,7 +16,7 @@ from infoprobe.compare.sources import predicted_program
 from infoprobe.infoflow import InfoFlowError, predict, read_sets, retrievals
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.pipeline.caching import cache_checkpoint
-from infoprobe.pipeline.run import predict_for_cache
+from infoprobe.pipeline.predicting import predict_for_cache
 from infoprobe.tasks import TaskError, make_task
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -13,7 +13,9 @@ from infoprobe.cli import main
 from infoprobe.hooks import open_cache
 from infoprobe.infoflow import predict, read_sets
 from infoprobe.model import ModelConfig
-from infoprobe.pipeline.run import RunFolderError, RunSettings, probe_checkpoint, run_pipeline
+from infoprobe.pipeline.folder import RunFolderError
+from infoprobe.pipeline.run import probe_checkpoint, run_pipeline
+from infoprobe.pipeline.settings import RunSettings
 from infoprobe.tasks import make_task
 from infoprobe.train.loop import TrainConfig
 

@@ -17,7 +17,7 @@ from test_rollout import random_patterns
 
 from infoprobe.compare.core import Observations, compare
 from infoprobe.pipeline.demo import DemoConfig, index_page
-from infoprobe.pipeline.run import RunSummary
+from infoprobe.pipeline.summary import RunSummary
 from infoprobe.report.answer import (
     roc_curve,
     threshold_check,

@@ -34,7 +34,7 @@ from infoprobe.infoflow import (
 )
 from infoprobe.infoflow.grid import default_heads
 from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
-from infoprobe.pipeline.run import predict_for_cache
+from infoprobe.pipeline.predicting import predict_for_cache
 from infoprobe.tasks import ORIENTATIONS, Task
 
 DESCRIPTION = """\

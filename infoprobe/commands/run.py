@@ -17,12 +17,14 @@ from infoprobe.commands.modelargs import (
     train_config_from_args,
 )
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.pipeline.run import RunSettings, analysis_stages, run_pipeline
+from infoprobe.pipeline.run import run_pipeline
+from infoprobe.pipeline.settings import RunSettings
+from infoprobe.pipeline.stages import analysis_stages
 
 
 def stage_list(width: int = 86) -> str:
     """The stages of a run folder and their outputs, in order, as ``run`` runs them (read
-    from :func:`~infoprobe.pipeline.run.analysis_stages` itself, so the help cannot drift)."""
+    from :func:`~infoprobe.pipeline.stages.analysis_stages` itself, so the help cannot drift)."""
     folder = SimpleNamespace(path=Path("OUT"), progress=False)
     stages = analysis_stages(folder, Path("OUT/checkpoint"), {}, RunSettings())  # type: ignore[arg-type]
     entries = ["train\xa0(checkpoint/)"]

@@ -8,14 +8,15 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "RunSettings": "infoprobe.pipeline.run",
-    "RunSummary": "infoprobe.pipeline.run",
-    "RunFolderError": "infoprobe.pipeline.run",
+    "RunSettings": "infoprobe.pipeline.settings",
+    "RunSummary": "infoprobe.pipeline.summary",
+    "RunFolderError": "infoprobe.pipeline.folder",
     "run_pipeline": "infoprobe.pipeline.run",
     "probe_checkpoint": "infoprobe.pipeline.run",
     "cache_checkpoint": "infoprobe.pipeline.caching",
     "ProbeSettings": "infoprobe.pipeline.probing",
     "run_demo": "infoprobe.pipeline.demo",
+    "predict_for_cache": "infoprobe.pipeline.predicting",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -25,7 +25,9 @@ import torch
 
 from infoprobe.base.atomic import atomic_output, mark_html, refuse_existing
 from infoprobe.model import ModelConfig
-from infoprobe.pipeline.run import RunSettings, RunSummary, run_pipeline
+from infoprobe.pipeline.run import run_pipeline
+from infoprobe.pipeline.settings import RunSettings
+from infoprobe.pipeline.summary import RunSummary
 from infoprobe.report.figures import file_stem
 from infoprobe.report.html import STYLE
 from infoprobe.tasks import make_task

@@ -1,0 +1,186 @@
+"""The stages after a checkpoint exists: cache, control, probe, flow, flow-control, predict,
+compare (with the report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from infoprobe.attention.rollout import RolloutConfig
+from infoprobe.compare.core import FORMAT as COMPARISON_FORMAT
+from infoprobe.compare.core import write_comparisons
+from infoprobe.compare.sources import checkpoint_history, compare_sources, load_sources
+from infoprobe.hooks import FORMAT as CACHE_FORMAT
+from infoprobe.influence import influence_for_cache
+from infoprobe.influence.store import FORMAT as INFLUENCE_FORMAT
+from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
+from infoprobe.pipeline.caching import cache_checkpoint
+from infoprobe.pipeline.folder import RunFolder, RunStage
+from infoprobe.pipeline.predicting import predict_for_cache
+from infoprobe.pipeline.probing import ProbeSettings, run_probe
+from infoprobe.pipeline.settings import CONTROL_SEED, RunSettings
+from infoprobe.probes.results import FORMAT as PROBES_FORMAT
+from infoprobe.probes.split import TEST, make_split
+from infoprobe.report.build import FORMAT as REPORT_FORMAT
+from infoprobe.report.build import from_sources, write_report
+
+FLOW_FILES = ("flow.h5", "flow-random-init.h5")
+
+
+def compare_and_report(
+    folder: Path, ckpt_dir: Path, report_dir: Path, *, rollout: bool, flow: bool
+) -> Path:
+    """Compare predicted and observed sets once; write comparison.json and the report.
+    ``rollout``: also compare attention rollout; ``flow``: read the flow files."""
+    sources = load_sources(
+        folder / "pred.h5",
+        folder / "probes.h5",
+        influence_paths=[folder / f for f in FLOW_FILES] if flow else [],
+        cache_path=folder / "acts.h5",
+        want_patterns=True,
+    )
+    history, ckpt_prov = checkpoint_history(ckpt_dir, sources)
+    compared = compare_sources(sources, RolloutConfig() if rollout else None)
+    extra_prov = {f"checkpoint ({ckpt_dir})": ckpt_prov}
+    inputs = from_sources(
+        sources,
+        compared,
+        history=history,
+        extra_provenance=extra_prov,
+        notes={"training": _training_note(ckpt_prov)},
+    )
+    write_comparisons(
+        folder / "comparison.json",
+        compared.comparisons,
+        extra=compared.extra(),
+        provenance=inputs.provenance,
+        overwrite=True,
+    )
+    return write_report(report_dir, inputs, overwrite=True)
+
+
+def test_rows(n: int, probe_settings: ProbeSettings) -> np.ndarray:
+    """The cache rows of the probes' test split (the split is decided by n and its seed)."""
+    split = make_split(n, probe_settings.fractions, probe_settings.split_seed)
+    return np.flatnonzero(split == TEST)
+
+
+def _training_note(ckpt_prov: dict) -> str:
+    metrics = ckpt_prov.get("metrics", {})
+    if "val_nmse" not in metrics:
+        return "checkpoint without training metrics"
+    return (
+        f"validation NMSE {metrics['val_nmse']:.3g}, test NMSE {metrics['test_nmse']:.3g} "
+        f"(best at step {metrics.get('best_step')})"
+    )
+
+
+def analysis_stages(
+    folder: RunFolder, ckpt_dir: Path, ckpt_key: dict, settings: RunSettings
+) -> list[RunStage]:
+    """The stages after a checkpoint exists: cache, control, probe, predict, compare, report."""
+    path = folder.path
+    cache_opts = {
+        "n": settings.n_cache,
+        "sites": settings.sites,
+        "batch_size": settings.batch_size,
+        "device": settings.device,
+    }
+    cache_key = {"checkpoint": ckpt_key, **cache_opts}
+    control_key = {**cache_key, "random_init_seed": CONTROL_SEED}
+    probe_settings = ProbeSettings(probe=settings.probe, device=settings.device)
+    probe_key = {"cache": cache_key, "control": control_key, "settings": probe_settings.to_dict()}
+    flow_settings = settings.influence
+    flow_key = {
+        "cache": cache_key,
+        "settings": flow_settings.to_dict(),
+        "rows": {"split": "test", "fractions": list(probe_settings.fractions),
+                 "split_seed": probe_settings.split_seed},
+    }  # fmt: skip
+    flow_control_key = {**flow_key, "random_init_seed": CONTROL_SEED}
+    report_key = {
+        "probe": probe_key,
+        "flow": [flow_key, flow_control_key] if settings.flow else None,
+        "rollout": settings.rollout,
+    }
+    quiet = not folder.progress
+
+    def flow_stage(name: str, output: str, key: dict, seed: int | None) -> RunStage:
+        return RunStage(
+            name,
+            output,
+            key,
+            resumable=True,
+            kinds={output: INFLUENCE_FORMAT},
+            build=lambda out: influence_for_cache(
+                ckpt_dir,
+                path / "acts.h5",
+                out,
+                settings=flow_settings,
+                random_init_seed=seed,
+                rows=test_rows(settings.n_cache, probe_settings),
+                device=settings.device,
+                progress=not quiet,
+            ),
+        )
+
+    flow_stages = (
+        [
+            flow_stage("flow", FLOW_FILES[0], flow_key, None),
+            flow_stage("flow-control", FLOW_FILES[1], flow_control_key, CONTROL_SEED),
+        ]
+        if settings.flow
+        else []
+    )
+    return [
+        RunStage(
+            "cache",
+            "acts.h5",
+            cache_key,
+            resumable=True,
+            kinds={"acts.h5": CACHE_FORMAT},
+            build=lambda out: cache_checkpoint(ckpt_dir, out, progress=not quiet, **cache_opts),
+        ),
+        RunStage(
+            "control",
+            "acts-random-init.h5",
+            control_key,
+            resumable=True,
+            kinds={"acts-random-init.h5": CACHE_FORMAT},
+            build=lambda out: cache_checkpoint(
+                ckpt_dir, out, progress=not quiet, random_init_seed=CONTROL_SEED, **cache_opts
+            ),
+        ),
+        RunStage(
+            "probe",
+            "probes.h5",
+            probe_key,
+            kinds={"probes.h5": PROBES_FORMAT},
+            build=lambda out: run_probe(
+                path / "acts.h5",
+                out,
+                control_path=path / "acts-random-init.h5",
+                settings=probe_settings,
+                progress=not quiet,
+            ),
+        ),
+        *flow_stages,
+        RunStage(
+            "predict",
+            "pred.h5",
+            {"cache": cache_key, "orientation": "auto"},
+            kinds={"pred.h5": SETS_FORMAT},
+            build=lambda out: predict_for_cache(path / "acts.h5", out),
+        ),
+        RunStage(
+            "compare",
+            "report",
+            report_key,
+            build=lambda out: compare_and_report(
+                path, ckpt_dir, out, rollout=settings.rollout, flow=settings.flow
+            ),
+            also_writes=("comparison.json",),
+            kinds={"report": REPORT_FORMAT, "comparison.json": COMPARISON_FORMAT},
+        ),
+    ]

@@ -1,0 +1,78 @@
+"""What a finished run prints (:class:`RunSummary`), read back from its folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infoprobe.attention.orientation import recorded_orientation
+from infoprobe.checkpoint import read_checkpoint_meta
+from infoprobe.compare.core import read_comparisons
+from infoprobe.infoflow import predict, read_sets
+from infoprobe.model import ModelConfig
+from infoprobe.pipeline.folder import RunFolder
+from infoprobe.tasks import task_from_dict
+
+
+@dataclass
+class RunSummary:
+    """What a finished run prints: model quality, verdict, agreement, where the report is."""
+
+    out: Path
+    task: dict
+    heads: list[int]
+    val_nmse: float | None
+    test_nmse: float | None
+    verdict: str
+    exponent: str
+    layer_verdicts: list[str]
+    report: Path
+    skipped: list[str] = field(default_factory=list)
+    seed_val_nmse: dict[int, float] = field(default_factory=dict)
+    """Every trained seed's best validation NMSE when several seeds were trained (the
+    analysed model is the best of them); empty for one seed."""
+    orientation: str = ""
+    """The orientation of the comparisons InfoFlow's sets were predicted in, in words."""
+    rate: str = ""
+    """InfoFlow's α at the run's T and E in words, and whether the law predicts the same
+    rate as the minimum heads there (:meth:`infoprobe.infoflow.Prediction.rate_note`)."""
+
+    def lines(self) -> list[str]:
+        nmse = "n/a" if self.val_nmse is None else f"{self.val_nmse:.3g}"
+        test = "n/a" if self.test_nmse is None else f"{self.test_nmse:.3g}"
+        seeds = ", ".join(f"seed {s}: {v:.3g}" for s, v in self.seed_val_nmse.items())
+        return [
+            f"task {self.task['name']} {self.task['params']}, heads per layer {self.heads}",
+            *([f"  seeds trained together (best analysed): {seeds}"] if seeds else []),
+            f"  trained model: validation NMSE {nmse}, test NMSE {test}",
+            f"  InfoFlow: {self.verdict} (cost exponent {self.exponent})",
+            *([f"  rate: {self.rate}"] if self.rate else []),
+            *([f"  orientation: {self.orientation}"] if self.orientation else []),
+            *[f"  {line}" for line in self.layer_verdicts],
+            f"  report: {self.report}",
+        ]
+
+
+def run_summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
+    meta = read_checkpoint_meta(ckpt_dir)
+    comparison = read_comparisons(folder.path / "comparison.json")
+    sets = read_sets(folder.path / "pred.h5")
+    metrics = meta.get("metrics", {})
+    return RunSummary(
+        out=folder.path,
+        task=meta["task"],
+        heads=meta["model_config"]["heads"],
+        val_nmse=metrics.get("val_nmse"),
+        test_nmse=metrics.get("test_nmse"),
+        verdict=sets.prediction["verdict"],
+        exponent=sets.prediction["exponent"],
+        layer_verdicts=list(comparison.get("headline", [])),
+        report=folder.path / "report" / "report.html",
+        skipped=folder.skipped,
+        orientation=recorded_orientation(sets.provenance.get("orientation")),
+        rate=predict(
+            task_from_dict(meta["task"]),
+            ModelConfig.from_dict(meta["model_config"]),
+            kth_law=sets.prediction.get("kth_law", "tail"),
+        ).rate_note(),
+    )
