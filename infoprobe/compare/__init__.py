@@ -5,8 +5,7 @@ instruments and their sources (instruments, sources), provenance checks (provena
 The names below are loaded lazily from their modules.
 """
 
-from importlib import import_module
-from typing import Any
+from infoprobe.base.lazy import lazy_exports
 
 _EXPORTS = {
     "Observations": "infoprobe.compare.core",
@@ -23,14 +22,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -4,8 +4,7 @@ stages' glue (caching, probing), provenance identities (chain), the curated demo
 The names below are loaded lazily from their modules.
 """
 
-from importlib import import_module
-from typing import Any
+from infoprobe.base.lazy import lazy_exports
 
 _EXPORTS = {
     "RunSettings": "infoprobe.pipeline.settings",
@@ -20,14 +19,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
