@@ -49,8 +49,8 @@ import torch
 from infoprobe.base.atomic import atomic_output
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
+from infoprobe.train.config import TrainConfig
 from infoprobe.train.ensemble import train_ensemble
-from infoprobe.train.loop import TrainConfig
 
 SEEDS = (300, 301, 302, 303)
 ADOPT_FACTOR = 2.0

@@ -7,15 +7,14 @@ sets with the InfoFlow prediction.
 The top-level names are loaded lazily, so ``import infoprobe.tasks`` stays light.
 """
 
-from importlib import import_module
-from typing import Any
+from infoprobe.base.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "InfoFlowTransformer": "infoprobe.model",
     "ModelConfig": "infoprobe.model",
-    "TrainConfig": "infoprobe.train.loop",
+    "TrainConfig": "infoprobe.train.config",
     "load_checkpoint": "infoprobe.checkpoint",
     "save_checkpoint": "infoprobe.checkpoint",
     "predict": "infoprobe.infoflow",
@@ -24,14 +23,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'infoprobe' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

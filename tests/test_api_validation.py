@@ -20,7 +20,8 @@ from infoprobe.pipeline.probing import ProbeSettings
 from infoprobe.pipeline.settings import RunSettings
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig, train
+from infoprobe.train.config import TrainConfig
+from infoprobe.train.loop import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -222,7 +222,7 @@ def test_grid_values_below_one_are_refused(monkeypatch, capsys, tmp_path, extra,
 def test_library_seeds_are_checked_against_the_same_range():
     from infoprobe.influence import InfluenceSettingsError
     from infoprobe.model import ConfigError
-    from infoprobe.train.loop import TrainConfig, TrainingError
+    from infoprobe.train.config import TrainConfig, TrainingError
 
     cfg = ModelConfig(d_in=2, n_ctx=3)
     for bad in (2**63, 2**64, -1):

@@ -22,7 +22,8 @@ from infoprobe.checkpoint import (
 )
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig, train_and_save
+from infoprobe.train.config import TrainConfig
+from infoprobe.train.loop import train_and_save
 
 TASK = make_task("intrinsic-dim", T=4, D=2)
 MODEL = ModelConfig(d_in=4, n_ctx=4, d_model=8, heads=(1, 1), d_mlp=8, d_readout=8)
@@ -213,7 +214,7 @@ def test_a_damaged_run_json_is_one_line(monkeypatch, capsys, tmp_path, text, wor
     ],
 )
 def test_read_comparisons_names_what_is_wrong(tmp_path, text, words):
-    from infoprobe.compare.core import read_comparisons
+    from infoprobe.compare.files import read_comparisons
 
     path = tmp_path / "comparison.json"
     path.write_text(text)

@@ -22,7 +22,7 @@ from infoprobe import cli
 from infoprobe.cli import main
 from infoprobe.probes.errors import ProbeError
 from infoprobe.probes.observed import Thresholds
-from infoprobe.train.loop import TrainConfig, TrainingError
+from infoprobe.train.config import TrainConfig, TrainingError
 
 
 def fake_command(name: str, action=None) -> types.ModuleType:
@@ -264,7 +264,7 @@ def test_train_refuses_an_unwritable_output_folder(monkeypatch, capsys, tmp_path
 
 
 def test_train_refuses_a_read_only_folder_even_as_root(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr("infoprobe.train.loop.os.access", lambda path, mode: False)
+    monkeypatch.setattr("infoprobe.base.atomic.os.access", lambda path, mode: False)
     argv = [*TRAIN, "--out", str(tmp_path / "new" / "ck")]
     assert_refused(monkeypatch, capsys, tmp_path, "train", argv, [str(tmp_path), "not writable"])
 
@@ -351,7 +351,7 @@ def test_failures_of_a_command_that_ran_go_to_stderr(monkeypatch, capsys, tmp_pa
     import infoprobe.commands.reproduce as reproduce_command
     import infoprobe.commands.train as train_command
     from infoprobe.reproduce import SweepError
-    from infoprobe.train.loop import NonFiniteLossError, TrainResult
+    from infoprobe.train.config import NonFiniteLossError, TrainResult
 
     def diverges(*args, **kwargs):
         raise NonFiniteLossError(3, TrainResult(model=None))
@@ -392,7 +392,7 @@ def test_predict_overwrite_never_replaces_a_foreign_folder(monkeypatch, capsys, 
 
 def test_overwrite_replaces_only_infoprobe_outputs_of_the_same_kind(tmp_path):
     from infoprobe.base.atomic import OutputExistsError, atomic_output
-    from infoprobe.compare.core import write_comparisons
+    from infoprobe.compare.files import write_comparisons
 
     folder = foreign_folder(tmp_path)
     with pytest.raises(OutputExistsError, match="not an infoprobe comparison file"):
@@ -422,7 +422,7 @@ def test_report_overwrite_never_wipes_a_foreign_folder(tmp_path):
 
 def test_outputs_under_a_file_are_one_clear_error(tmp_path):
     from infoprobe.base.atomic import OutputPathError
-    from infoprobe.compare.core import write_comparisons
+    from infoprobe.compare.files import write_comparisons
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutputPathError, match="is a file, not a folder"):

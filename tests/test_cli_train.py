@@ -18,7 +18,7 @@ from infoprobe.cli import main
 from infoprobe.commands import modelargs
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 FAST = [
     "--steps",

@@ -11,19 +11,14 @@ from hypothesis import strategies as st
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 
+from infoprobe.base.errors import CompareInputError
 from infoprobe.compare.agreement import SetAgreement, tau_sweep
 from infoprobe.compare.auroc import auroc, average_ranks
-from infoprobe.compare.core import (
-    CAVEAT,
-    CompareInputError,
-    Observations,
-    aggregate_membership,
-    compare,
-    crosstab,
-    headline,
-    scope_masks,
-)
+from infoprobe.compare.core import CAVEAT, aggregate_membership, compare
+from infoprobe.compare.crosstab import crosstab
+from infoprobe.compare.observations import Observations, scope_masks
 from infoprobe.compare.provenance import ProvenanceError, check_provenance
+from infoprobe.compare.verdicts import headline
 
 
 def sets_from_lists(members: list[list[int]], size: int) -> np.ndarray:

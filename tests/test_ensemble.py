@@ -20,15 +20,10 @@ import torch
 
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
+from infoprobe.train.config import NonFiniteLossError, TrainConfig, TrainingError
 from infoprobe.train.ensemble import EnsembleError, train_ensemble
-from infoprobe.train.loop import (
-    NonFiniteLossError,
-    TrainConfig,
-    TrainingError,
-    TrainingThreads,
-    free_cores,
-    train,
-)
+from infoprobe.train.loop import train
+from infoprobe.train.threads import TrainingThreads, free_cores
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

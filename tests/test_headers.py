@@ -30,7 +30,7 @@ from infoprobe.pipeline.settings import RunSettings
 from infoprobe.probes.errors import ResultsFileError
 from infoprobe.probes.results import ProbeResults
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infoprobe.compare.core import Observations, compare
+from infoprobe.compare.core import compare
 from infoprobe.compare.instruments import corrected_errors, flow, sample_baseline
+from infoprobe.compare.observations import Observations
 
 
 def selected_by_norm(n=3000, T=8, d=4, seed=0):

@@ -17,7 +17,7 @@ from infoprobe.pipeline.folder import RunFolderError
 from infoprobe.pipeline.run import probe_checkpoint, run_pipeline
 from infoprobe.pipeline.settings import RunSettings
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 TASK = make_task("intrinsic-dim", T=5, D=2)
 MODEL = ModelConfig(d_in=4, n_ctx=5, d_model=16, heads=(2, 2), d_mlp=16, d_readout=8)

@@ -20,7 +20,8 @@ from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.pipeline.probing import ProbeSettings, probe_cache
 from infoprobe.probes.ridge import fit_ridge
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig, train
+from infoprobe.train.config import TrainConfig
+from infoprobe.train.loop import train
 
 pytestmark = pytest.mark.slow
 N_CACHE = 3000

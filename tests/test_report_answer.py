@@ -15,7 +15,8 @@ from sklearn.metrics import roc_auc_score
 from test_report import T, make_inputs
 from test_rollout import random_patterns
 
-from infoprobe.compare.core import Observations, compare
+from infoprobe.compare.core import compare
+from infoprobe.compare.observations import Observations
 from infoprobe.pipeline.demo import DemoConfig, index_page
 from infoprobe.pipeline.summary import RunSummary
 from infoprobe.report.answer import (

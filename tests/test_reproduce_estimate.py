@@ -23,7 +23,8 @@ from infoprobe.reproduce.timing import (
     time_point,
 )
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig, train
+from infoprobe.train.config import TrainConfig
+from infoprobe.train.loop import train
 
 
 def brute_force_wall(durations: list[float], workers: int) -> float:

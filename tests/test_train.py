@@ -10,15 +10,8 @@ from sklearn.metrics import r2_score
 from infoprobe.checkpoint import load_checkpoint
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import (
-    NonFiniteLossError,
-    TrainConfig,
-    TrainingError,
-    lr_factor,
-    nmse,
-    train,
-    train_and_save,
-)
+from infoprobe.train.config import NonFiniteLossError, TrainConfig, TrainingError
+from infoprobe.train.loop import lr_factor, nmse, train, train_and_save
 
 SMALL = TrainConfig(steps=60, batch_size=64, n_val=256, n_test=256, eval_every=20, lr=2e-3)
 

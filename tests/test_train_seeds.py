@@ -17,8 +17,9 @@ import infoprobe.train.seeds as seeds_module
 from infoprobe.cli import main
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
+from infoprobe.train.config import TrainConfig
 from infoprobe.train.ensemble import EnsembleError
-from infoprobe.train.loop import TrainConfig, train
+from infoprobe.train.loop import train
 from infoprobe.train.seeds import train_seeds
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -99,7 +100,7 @@ torch.set_num_threads(1)
 import infoprobe.train.seeds as seeds_module
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 save = seeds_module.save_checkpoint
 calls = [0]
 def killing_save(*args, **kwargs):

@@ -7,7 +7,8 @@ import argparse
 from infoprobe.attention.rollout import HEAD_FUSIONS, RolloutConfig
 from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import positive_float, unit_float
-from infoprobe.compare.core import CAVEAT, write_comparisons
+from infoprobe.compare.core import CAVEAT
+from infoprobe.compare.files import write_comparisons
 from infoprobe.compare.sources import Compared, Sources, compare_sources, load_sources
 
 DESCRIPTION = """\

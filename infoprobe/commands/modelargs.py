@@ -2,7 +2,7 @@
 dataclasses (shared by commands).
 
 Every field of :class:`~infoprobe.model.ModelConfig` (but ``d_in``, ``n_ctx`` and
-``d_out``, which come from the task) and of :class:`~infoprobe.train.loop.TrainConfig` becomes
+``d_out``, which come from the task) and of :class:`~infoprobe.train.config.TrainConfig` becomes
 one option, in field order:
 
 - flag ``--field-name``; a ``bool`` field is ``--name`` if it defaults to off, ``--no-name``
@@ -40,7 +40,7 @@ from infoprobe.commands.argtypes import (
 )
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
-from infoprobe.train.loop import DTYPES, TrainConfig
+from infoprobe.train.config import DTYPES, TrainConfig
 
 DEFAULT_MODEL = ModelConfig(d_in=1, n_ctx=1)
 DEFAULT_TRAIN = TrainConfig()

@@ -17,7 +17,8 @@ from infoprobe.commands.modelargs import (
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
-from infoprobe.train.loop import NonFiniteLossError, TrainConfig, train_and_save
+from infoprobe.train.config import NonFiniteLossError, TrainConfig
+from infoprobe.train.loop import train_and_save
 from infoprobe.train.seeds import train_seeds
 
 EXAMPLES = """examples:

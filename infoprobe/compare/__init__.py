@@ -1,6 +1,8 @@
-"""Comparison of predicted and observed information sets: observations, agreement, AUROC,
-verdict text and the comparison file (core, agreement, auroc), the observation
-instruments and their sources (instruments, sources), provenance checks (provenance).
+"""Comparison of predicted and observed information sets: what an instrument observed
+(observations), the comparison (core) with its agreement counts (agreement) and AUROC
+(auroc), its verdict text (verdicts), two instruments crossed (crosstab), the comparison
+file (files), the observation instruments and their sources (instruments, sources),
+provenance checks (provenance).
 
 The names below are loaded lazily from their modules.
 """
@@ -8,15 +10,15 @@ The names below are loaded lazily from their modules.
 from infoprobe.base.lazy import lazy_exports
 
 _EXPORTS = {
-    "Observations": "infoprobe.compare.core",
-    "Comparison": "infoprobe.compare.core",
-    "Crosstab": "infoprobe.compare.core",
+    "Observations": "infoprobe.compare.observations",
+    "SetComparison": "infoprobe.compare.core",
     "compare": "infoprobe.compare.core",
-    "crosstab": "infoprobe.compare.core",
-    "headline": "infoprobe.compare.core",
-    "layer_verdicts": "infoprobe.compare.core",
-    "write_comparisons": "infoprobe.compare.core",
-    "read_comparisons": "infoprobe.compare.core",
+    "Crosstab": "infoprobe.compare.crosstab",
+    "crosstab": "infoprobe.compare.crosstab",
+    "headline": "infoprobe.compare.verdicts",
+    "layer_verdicts": "infoprobe.compare.verdicts",
+    "write_comparisons": "infoprobe.compare.files",
+    "read_comparisons": "infoprobe.compare.files",
     "compare_sources": "infoprobe.compare.sources",
     "load_sources": "infoprobe.compare.sources",
 }

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from infoprobe.compare.core import Observations
+from infoprobe.compare.observations import Observations
 
 ScoreKind = Literal["r2", "selectivity"]
 TARGETS = "positions"

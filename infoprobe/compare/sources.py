@@ -25,8 +25,11 @@ from infoprobe.attention.rollout import Rollout, RolloutConfig, predict_rollout
 from infoprobe.base.errors import UsageError
 from infoprobe.checkpoint import read_checkpoint_meta
 from infoprobe.compare import instruments
-from infoprobe.compare.core import Comparison, Crosstab, Observations, compare, crosstab, headline
+from infoprobe.compare.core import SetComparison, compare
+from infoprobe.compare.crosstab import Crosstab, crosstab
+from infoprobe.compare.observations import Observations
 from infoprobe.compare.provenance import ProvenanceError, check_provenance, refuse_control
+from infoprobe.compare.verdicts import headline
 from infoprobe.hooks import open_cache
 from infoprobe.influence import flow_threshold, read_influence
 from infoprobe.infoflow import Architecture, SetsFile, predict, read_sets
@@ -344,12 +347,12 @@ def load_sources(
 class Compared:
     """Everything compared from :class:`Sources`.
 
-    comparisons: instrument → predictor → :class:`Comparison`; rollout: the rollout sets
+    comparisons: instrument → predictor → :class:`SetComparison`; rollout: the rollout sets
     (None without rollout); table: flow × decodability per sample (None unless both have
     per-sample sets); heads: the observed program (None without attention patterns).
     """
 
-    comparisons: dict[str, dict[str, Comparison]]
+    comparisons: dict[str, dict[str, SetComparison]]
     rollout: Rollout | None
     table: Crosstab | None
     heads: ObservedProgram | None = None
@@ -391,7 +394,7 @@ def compare_sources(sources: Sources, rollout: RolloutConfig | None = None) -> C
         if sources.patterns is None:
             raise SourceError("rollout needs the attention patterns: pass the activation cache")
         rolled = predict_rollout(sources.patterns, rollout)
-    comparisons: dict[str, dict[str, Comparison]] = {}
+    comparisons: dict[str, dict[str, SetComparison]] = {}
     for name, obs in sources.instruments.items():
         comparisons[name] = {"infoflow": compare(sources.predicted, obs, provenance=pred_prov)}
         if rolled is not None:

@@ -31,7 +31,7 @@ from infoprobe.pipeline.summary import RunSummary
 from infoprobe.report.figures import file_stem
 from infoprobe.report.html import STYLE
 from infoprobe.tasks import make_task
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 
 @dataclass(frozen=True)

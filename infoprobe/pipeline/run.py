@@ -36,7 +36,8 @@ from infoprobe.pipeline.settings import RunSettings, check_sites
 from infoprobe.pipeline.stages import analysis_stages
 from infoprobe.pipeline.summary import RunSummary, run_summary
 from infoprobe.tasks import Task
-from infoprobe.train.loop import NonFiniteLossError, TrainConfig, train_and_save
+from infoprobe.train.config import NonFiniteLossError, TrainConfig
+from infoprobe.train.loop import train_and_save
 from infoprobe.train.seeds import differing_settings, seed_dir, train_seeds
 
 SEEDS_FOLDER = "seeds"

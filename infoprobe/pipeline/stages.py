@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from infoprobe.attention.rollout import RolloutConfig
-from infoprobe.compare.core import FORMAT as COMPARISON_FORMAT
-from infoprobe.compare.core import write_comparisons
+from infoprobe.compare.files import FORMAT as COMPARISON_FORMAT
+from infoprobe.compare.files import write_comparisons
 from infoprobe.compare.sources import checkpoint_history, compare_sources, load_sources
 from infoprobe.hooks import FORMAT as CACHE_FORMAT
 from infoprobe.influence import influence_for_cache

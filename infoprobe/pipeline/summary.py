@@ -7,7 +7,7 @@ from pathlib import Path
 
 from infoprobe.attention.orientation import recorded_orientation
 from infoprobe.checkpoint import read_checkpoint_meta
-from infoprobe.compare.core import read_comparisons
+from infoprobe.compare.files import read_comparisons
 from infoprobe.infoflow import predict, read_sets
 from infoprobe.model import ModelConfig
 from infoprobe.pipeline.folder import RunFolder

@@ -1,7 +1,7 @@
 """What a report leads with: ROC curves per predictor, where violations come from, what
 the fixed threshold passes.
 
-Every function works on the arrays of :class:`~infoprobe.compare.core.Observations` and the
+Every function works on the arrays of :class:`~infoprobe.compare.observations.Observations` and the
 predicted sets, in the conventions of docs/conventions.md (layer, sample, token t,
 position s; CLS = token T). Own positions s = t are left out everywhere, as in the
 comparison.
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from infoprobe.base.jsonable import jsonable
-from infoprobe.compare.core import Observations, scope_masks
+from infoprobe.compare.observations import Observations, scope_masks
 
 
 def roc_curve(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

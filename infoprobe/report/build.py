@@ -24,7 +24,9 @@ from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import make_header
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.agreement import TauSweep
-from infoprobe.compare.core import CAVEAT, Comparison, Crosstab, Observations, scope_masks
+from infoprobe.compare.core import CAVEAT, SetComparison
+from infoprobe.compare.crosstab import Crosstab
+from infoprobe.compare.observations import Observations, scope_masks
 from infoprobe.compare.sources import Compared, Sources
 from infoprobe.infoflow import Architecture, predict
 from infoprobe.report import answer, figures
@@ -51,12 +53,12 @@ class ReportInputError(ValueError):
 class ReportInputs:
     """Everything a report shows.
 
-    comparisons: instrument → predictor → :class:`~infoprobe.compare.core.Comparison` (each
-    holds its instrument's :class:`~infoprobe.compare.core.Observations`, arrays for figures);
+    comparisons: instrument → predictor → :class:`~infoprobe.compare.core.SetComparison` (each
+    holds its instrument's :class:`~infoprobe.compare.observations.Observations`, for figures);
     InfoFlow is predictor "infoflow", the first instrument is the primary one.
     predicted: bool [L+1, n, T+1, T+1] InfoFlow sets, samples aligned with observations.
     rollout_sets: optional second predictor's sets [L+1, n, T+1, T+1] (per-sample view).
-    table: flow × decodability per sample (:class:`~infoprobe.compare.core.Crosstab`) or None.
+    table: flow × decodability per sample (:class:`~infoprobe.compare.crosstab.Crosstab`) or None.
     heads: the observed program (``to_dict()``: infoprobe.attention.program) or None.
     headline: one line per layer (every instrument's AUROC, controls beside).
     patterns: per block b, float [k, h_b, T+1, T+1] attention patterns of k samples;
@@ -73,7 +75,7 @@ class ReportInputs:
     the run's T), ``T``, ``E``, ``verdict``; None: not shown.
     """
 
-    comparisons: Mapping[str, Mapping[str, Comparison]]
+    comparisons: Mapping[str, Mapping[str, SetComparison]]
     predicted: np.ndarray
     rollout_sets: np.ndarray | None = None
     table: Crosstab | None = None
@@ -94,7 +96,7 @@ class ReportInputs:
         self.predicted = np.asarray(self.predicted)
         if not self.comparisons or any("infoflow" not in c for c in self.comparisons.values()):
             raise ReportInputError(
-                "comparisons: expected instrument → predictor → Comparison with predictor "
+                "comparisons: expected instrument → predictor → SetComparison with predictor "
                 f"'infoflow' for every instrument, got {_layout(self.comparisons)}"
             )
         layers, n, tokens, _ = self.predicted.shape
@@ -120,7 +122,7 @@ class ReportInputs:
             raise ReportInputError(f"pattern_samples: indices {bad} outside 0..{n - 1}")
 
     @property
-    def primary(self) -> Comparison:
+    def primary(self) -> SetComparison:
         """InfoFlow against the first instrument."""
         return next(iter(self.comparisons.values()))["infoflow"]
 
@@ -260,7 +262,7 @@ def inputs_sha256(inputs: ReportInputs) -> str:
     return digest.hexdigest()
 
 
-def _sweeps(by_predictor: Mapping[str, Comparison]) -> tuple[dict[str, TauSweep], str]:
+def _sweeps(by_predictor: Mapping[str, SetComparison]) -> tuple[dict[str, TauSweep], str]:
     """Predictor → the "others" sweep of one instrument (per-sample when it has one)."""
     for part, what in (("per_sample", "per-sample"), ("aggregate", "aggregate")):
         found = {
@@ -484,7 +486,7 @@ def _training_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | 
     }
 
 
-def _per_layer(comparison: Comparison, metric: str) -> list[float | None]:
+def _per_layer(comparison: SetComparison, metric: str) -> list[float | None]:
     """A per-layer rate of a comparison (per-sample counts, else aggregate), own left out."""
     for part in (comparison.per_sample, comparison.aggregate):
         if part is not None and part["others"].per_layer is not None:

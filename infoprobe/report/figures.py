@@ -388,7 +388,7 @@ def tau_sweep_figure(
 ) -> Figure:
     """Precision, recall and violation rate against τ, one line per (predictor, layer).
 
-    sweeps: predictor name → :class:`~infoprobe.compare.core.TauSweep` (agreement [k, L+1]).
+    sweeps: predictor name → :class:`~infoprobe.compare.agreement.TauSweep` (agreement [k, L+1]).
     Colour = layer, line style = predictor; the dashed vertical line marks the fixed τ.
     instrument, score_name: what was thresholded (named in the title).
     """

@@ -18,8 +18,8 @@ from typing import Any, Literal, get_args
 from infoprobe.base.jsonable import json_sha256
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
+from infoprobe.train.config import TrainConfig
 from infoprobe.train.ensemble import SHARED_FIELDS, shape_of
-from infoprobe.train.loop import TrainConfig
 
 
 class ReproduceError(ValueError):

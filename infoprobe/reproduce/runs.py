@@ -36,8 +36,9 @@ from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.reproduce.analyses import run_analysis
 from infoprobe.reproduce.grid import ReproduceError, RunSpec
+from infoprobe.train.config import NonFiniteLossError, TrainResult
 from infoprobe.train.ensemble import train_ensemble
-from infoprobe.train.loop import NonFiniteLossError, TrainResult, train
+from infoprobe.train.loop import train
 
 RECORD = "record.json"
 RECORD_FORMAT = "infoprobe.reproduce.run"

@@ -28,11 +28,11 @@ import torch
 
 from infoprobe.reproduce.grid import GridPoint, RunSpec, describe_runs, group_runs
 from infoprobe.reproduce.runs import torch_threads
+from infoprobe.train.config import TrainConfig
 from infoprobe.train.ensemble import Ensemble
 from infoprobe.train.loop import (
     TRAIN_STREAM,
     VAL_STREAM,
-    TrainConfig,
     batch_loss,
     compiled,
     draw_batch,

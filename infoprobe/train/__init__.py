@@ -1,17 +1,17 @@
-"""Training: the loop and its configuration (loop), batched ensembles of seeds (ensemble),
+"""Training: the configuration, its result and its checks (config), the loop (loop),
+memory estimates (memory), CPU threads (threads), batched ensembles of seeds (ensemble),
 the seed sweep that keeps the best (seeds).
 
 The names below are loaded lazily from their modules.
 """
 
-from importlib import import_module
-from typing import Any
+from infoprobe.base.lazy import lazy_exports
 
 _EXPORTS = {
-    "TrainConfig": "infoprobe.train.loop",
-    "TrainResult": "infoprobe.train.loop",
-    "TrainingError": "infoprobe.train.loop",
-    "NonFiniteLossError": "infoprobe.train.loop",
+    "TrainConfig": "infoprobe.train.config",
+    "TrainResult": "infoprobe.train.config",
+    "TrainingError": "infoprobe.train.config",
+    "NonFiniteLossError": "infoprobe.train.config",
     "nmse": "infoprobe.train.loop",
     "train": "infoprobe.train.loop",
     "train_and_save": "infoprobe.train.loop",
@@ -20,14 +20,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -31,14 +31,10 @@ from torch.func import functional_call, vmap
 from tqdm.auto import tqdm
 
 from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.train.config import TrainConfig, TrainingError, TrainResult
 from infoprobe.train.loop import (
     DataStreams,
     EvalTracker,
-    TrainConfig,
-    TrainingError,
-    TrainingThreads,
-    TrainResult,
-    check_memory_fits,
     compiled,
     data_streams,
     draw_batch,
@@ -49,6 +45,8 @@ from infoprobe.train.loop import (
     new_model,
     standardise_targets,
 )
+from infoprobe.train.memory import check_memory_fits
+from infoprobe.train.threads import TrainingThreads
 
 SHARED_FIELDS = ("batch_size", "n_train", "n_val", "n_test", "eval_every", "device", "dtype")
 """TrainConfig fields every member of a group must share (``compile`` is the group's)."""

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,170 +26,26 @@ from tqdm.auto import tqdm
 from infoprobe.base.atomic import check_writable, refuse_existing
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
-from infoprobe.model import MAX_SEED, InfoFlowTransformer, ModelConfig
+from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import Task
+from infoprobe.train.config import (
+    DTYPES,
+    NonFiniteLossError,
+    TrainConfig,
+    TrainResult,
+    check_arguments,
+    check_task_fits,
+)
+from infoprobe.train.memory import check_memory_fits, eval_batch_size
+from infoprobe.train.threads import TrainingThreads
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
-EVAL_BATCH = 4096
-"""Samples per evaluation forward pass, unless one pass would exceed the budget below."""
-EVAL_BUDGET_BYTES = 1 << 30
-"""Activation memory one evaluation pass may take (smaller batches for long contexts)."""
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-"""``TrainConfig.dtype`` names and the torch dtypes they select."""
-
-
-class TrainingError(ValueError):
-    """A training configuration field has an invalid value."""
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or Inf; ``.result`` holds the last good state."""
-
-    def __init__(self, step: int, result: TrainResult):
-        super().__init__(
-            f"non-finite training loss at step {step}; stopped. The last good model "
-            f"(best validation NMSE {result.val_nmse:.3g}) is kept in .result"
-        )
-        self.step = step
-        self.result = result
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def _is_finite(value: Any) -> bool:
-    return isinstance(value, int | float | np.number) and math.isfinite(value)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Training settings (paper: AdamW, lr 1e-3, wd 1e-2, cosine, fresh samples).
-
-    Args:
-        steps: optimiser steps.
-        batch_size: samples per step.
-        lr: peak learning rate (after ``warmup`` linear steps, cosine decay to 0).
-        weight_decay: AdamW weight decay.
-        warmup: linear warm-up steps.
-        grad_clip: max global gradient norm (0 disables clipping).
-        seed: model initialisation and data streams.
-        n_train: ``None`` draws fresh samples every step; an int fixes a training set of
-            that many samples, drawn once.
-        n_val: validation samples, drawn once; scored every ``eval_every`` steps, and the
-            model kept is the one with the lowest validation NMSE.
-        n_test: test samples, drawn once from a stream of their own; scored once, on the
-            model kept.
-        eval_every: steps between validation evaluations.
-        patience: stop after this many evaluations without improvement (``None``: never).
-        device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``).
-        dtype: ``"float32"`` (default) or ``"float64"`` for the weights, data and
-            arithmetic (float64: a check of numerical limits, several times slower).
-        compile: run the training step's forward and backward through ``torch.compile``
-            (falls back to eager, with a warning, where the platform cannot compile).
-            Results equal eager ones within float tolerance; compilation costs tens of
-            seconds once per process, so it pays off for runs of thousands of steps.
-    """
-
-    steps: int = 10_000
-    batch_size: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 1e-2
-    warmup: int = 100
-    grad_clip: float = 1.0
-    seed: int = 0
-    n_train: int | None = None
-    n_val: int = 4096
-    n_test: int = 4096
-    eval_every: int = 250
-    patience: int | None = None
-    device: str = "cpu"
-    dtype: str = "float32"
-    compile: bool = False
-
-    def __post_init__(self) -> None:
-        def bad(name: str, expected: str) -> TrainingError:
-            return TrainingError(
-                f"TrainConfig.{name} must be {expected}, got {getattr(self, name)!r}"
-            )
-
-        for name in ("steps", "batch_size", "n_val", "n_test", "eval_every"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise bad(name, "an integer >= 1")
-        if not _is_int(self.warmup) or self.warmup < 0:
-            raise bad("warmup", "an integer >= 0")
-        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
-            raise bad("seed", "an integer in 0..2**63-1")
-        if not _is_finite(self.lr) or not self.lr > 0:
-            raise bad("lr", "a finite number > 0")
-        for name in ("weight_decay", "grad_clip"):
-            if not _is_finite(getattr(self, name)) or getattr(self, name) < 0:
-                raise bad(name, "a finite number >= 0")
-        if self.patience is not None and (not _is_int(self.patience) or self.patience < 1):
-            raise bad("patience", "None or an integer >= 1")
-        if self.n_train is not None and (not _is_int(self.n_train) or self.n_train < 1):
-            raise bad("n_train", "None or an integer >= 1")
-        if self.n_train is not None and self.n_train < self.batch_size:
-            raise TrainingError(
-                f"TrainConfig.n_train={self.n_train} is smaller than batch_size={self.batch_size}"
-            )
-        if self.dtype not in DTYPES:
-            raise bad("dtype", f"one of {sorted(DTYPES)}")
-        if not isinstance(self.compile, bool | np.bool_):
-            raise bad("compile", "true or false")
-        try:
-            torch.device(self.device)
-        except (RuntimeError, ValueError, TypeError):
-            raise bad("device", "a torch device such as 'cpu', 'cuda' or 'cuda:0'") from None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-
-@dataclass
-class TrainResult:
-    """What :func:`train` returns: the best model (by validation NMSE) and its record."""
-
-    model: InfoFlowTransformer
-    history: list[dict] = field(default_factory=list)
-    val_nmse: float = math.inf
-    test_nmse: float = math.nan
-    best_step: int = 0
-    seconds: float = 0.0
-    stopped: str = "completed"
-
-    def metrics(self) -> dict[str, Any]:
-        return {
-            "val_nmse": self.val_nmse,
-            "test_nmse": self.test_nmse,
-            "best_step": self.best_step,
-            "seconds": round(self.seconds, 2),
-            "stopped": self.stopped,
-        }
 
 
 def nmse(pred: torch.Tensor, y: torch.Tensor) -> float:
     """MSE / Var(y) pooled over outputs: Σ(pred−y)² / Σ(y−ȳ)²; pred, y [n, d_out]."""
     pred, y = pred.double(), y.double()
     return float(((pred - y) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
-
-
-def check_task_fits(task: Task, cfg: ModelConfig) -> None:
-    """Raise :class:`TrainingError` if the model's input shape does not fit the task."""
-    for name, expected, actual in (
-        ("n_ctx (T)", task.T, cfg.n_ctx),
-        ("d_in (d)", task.d, cfg.d_in),
-        ("d_out", task.d_out, cfg.d_out),
-    ):
-        if expected != actual:
-            raise TrainingError(
-                f"model config field {name} is {actual} but task {task.name} needs {expected}"
-            )
 
 
 def sample_tensors(
@@ -200,73 +55,6 @@ def sample_tensors(
     x, y = task.sample(n, rng)
     as_tensor = partial(torch.as_tensor, device=device, dtype=DTYPES[dtype])
     return as_tensor(x), as_tensor(y)
-
-
-def activation_floats(cfg: ModelConfig, *, training: bool) -> int:
-    """About how many float32 activations one sample keeps alive in a pass of the model.
-
-    Per block: attention scores and pattern ``2·h·(T+1)²``, q, k, v, z ``4·(T+1)·h·n``,
-    residual stream states ``4·(T+1)·E`` and the FFN ``2·(T+1)·d_mlp``. Training keeps
-    every block's activations for the backward pass, which needs as many again; inference
-    holds one block at a time. An estimate for refusing sizes that cannot fit, not a
-    measurement.
-    """
-    p = cfg.n_ctx + 1
-    blocks = [
-        2 * h * p * p + 4 * p * h * cfg.d_head_of(b) + 4 * p * cfg.d_model + 2 * p * cfg.d_mlp
-        for b, h in enumerate(cfg.heads)
-    ]
-    inputs = p * cfg.d_in
-    return 2 * sum(blocks) + inputs if training else max(blocks) + inputs
-
-
-def eval_batch_size(cfg: ModelConfig) -> int:
-    """Samples per evaluation pass: :data:`EVAL_BATCH`, fewer if one pass would take more
-    than :data:`EVAL_BUDGET_BYTES` (long contexts: attention grows as (T+1)²)."""
-    per_sample = 4 * activation_floats(cfg, training=False)
-    return max(1, min(EVAL_BATCH, EVAL_BUDGET_BYTES // per_sample))
-
-
-def device_memory_bytes(device: str | torch.device) -> int | None:
-    """Total memory of ``device`` (physical RAM for the CPU); None where unknown."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            return None
-        return int(torch.cuda.get_device_properties(dev.index or 0).total_memory)
-    if dev.type == "cpu":
-        try:
-            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        except (AttributeError, ValueError, OSError):
-            return None
-    return None
-
-
-def _gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:.3g} GB"
-
-
-def check_memory_fits(model_cfg: ModelConfig, cfg: TrainConfig, members: int = 1) -> None:
-    """Raise :class:`TrainingError` if one training batch plus the held data sets cannot
-    fit in the memory of ``cfg.device`` (see :func:`activation_floats`), instead of
-    failing with an out-of-memory error part-way. ``members``: models trained together
-    as one batched ensemble (each with its own batch and data sets)."""
-    limit = device_memory_bytes(cfg.device)
-    if limit is None:
-        return
-    batch = 4 * members * cfg.batch_size * activation_floats(model_cfg, training=True)
-    samples = members * (cfg.n_val + cfg.n_test + (cfg.n_train or 0) + cfg.batch_size)
-    data = 4 * samples * (model_cfg.n_ctx * model_cfg.d_in + model_cfg.d_out)
-    evaluation = 4 * eval_batch_size(model_cfg) * activation_floats(model_cfg, training=False)
-    if batch + data + evaluation > limit:
-        raise TrainingError(
-            f"TrainConfig.batch_size: {members} training batch(es) of {cfg.batch_size} samples at "
-            f"T={model_cfg.n_ctx} with heads {list(model_cfg.heads)} needs about "
-            f"{_gb(batch)} (attention keeps [batch, heads, T+1, T+1] per layer) plus "
-            f"{_gb(data + evaluation)} for the data sets and evaluation, more than the "
-            f"{_gb(limit)} of memory of device {cfg.device!r}; lower T, the batch size, "
-            "n_val/n_test or the heads"
-        )
 
 
 @torch.inference_mode()
@@ -409,61 +197,6 @@ def compiled(fn: Callable, enabled: bool, what: str = "training step") -> Callab
     return call
 
 
-def affinity_cores() -> int:
-    """CPU cores this process may run on (its affinity set; all cores where unknown)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def free_cores(own_load: float = 0.0) -> int:
-    """Cores of this process's affinity set that other work leaves free: the affinity
-    count minus the 1-minute load average, less ``own_load`` (this process's own mean
-    CPU use, which the load average counts too), rounded, at least 1."""
-    cores = affinity_cores()
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return cores
-    others = max(0.0, load - own_load)
-    return max(1, min(cores, math.floor(cores - others + 0.5)))
-
-
-class TrainingThreads:
-    """Torch CPU threads for one training run; the caller's count is restored by
-    :meth:`close`.
-
-    ``threads``: None leaves torch's setting alone; an int sets that many; ``"auto"``
-    sets :func:`free_cores` (at most the affinity set) now and again at every
-    :meth:`check`, taking this process's own CPU use since the last check out of the
-    load. Threads beyond the free cores cost more than they give: each parallel kernel
-    ends at a barrier where OpenMP threads spin while a descheduled one holds them up.
-    """
-
-    def __init__(self, threads: int | str | None):
-        if threads is not None and threads != "auto" and not (_is_int(threads) and threads >= 1):
-            raise TrainingError(f"threads must be None, 'auto' or an integer >= 1, got {threads!r}")
-        self.auto, self.old = threads == "auto", torch.get_num_threads()
-        if self.auto:
-            torch.set_num_threads(free_cores())
-            self.wall, self.cpu = time.perf_counter(), time.process_time()
-        elif threads is not None:
-            torch.set_num_threads(int(threads))
-
-    def check(self) -> None:
-        """With ``"auto"``: set the threads to the cores free now."""
-        if not self.auto:
-            return
-        wall, cpu = time.perf_counter(), time.process_time()
-        own = max(0.0, cpu - self.cpu) / max(wall - self.wall, 1e-9)
-        self.wall, self.cpu = wall, cpu
-        if (n := free_cores(own)) != torch.get_num_threads():
-            torch.set_num_threads(n)
-
-    def close(self) -> None:
-        torch.set_num_threads(self.old)
-
-
 def is_eval_step(step: int, cfg: TrainConfig) -> bool:
     """Whether 0-based ``step`` ends with a validation evaluation."""
     return (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps
@@ -520,17 +253,6 @@ def finish(task: Task, cfg: TrainConfig, tracker: EvalTracker, start: float) -> 
     )
     result.seconds = time.perf_counter() - start
     return result
-
-
-def check_arguments(task: Task, model_cfg: ModelConfig, cfg: TrainConfig) -> None:
-    """TypeError naming the argument unless ``task`` is a task (a :class:`Task` or an
-    object with its ``sample``, ``T`` and ``d``), ``model_cfg`` a :class:`ModelConfig`
-    and ``cfg`` a :class:`TrainConfig`."""
-    if not all(hasattr(task, name) for name in ("sample", "T", "d")):
-        raise TypeError(f"task: expected a Task, got {type(task).__name__}")
-    for name, value, kind in (("model_cfg", model_cfg, ModelConfig), ("cfg", cfg, TrainConfig)):
-        if not isinstance(value, kind):
-            raise TypeError(f"{name}: expected a {kind.__name__}, got {type(value).__name__}")
 
 
 def train(

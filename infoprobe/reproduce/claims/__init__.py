@@ -2,7 +2,7 @@
 training settings, profiles, figures, checks.
 
 Each module reads top to bottom like a config file: its settings as
-:class:`~infoprobe.train.loop.TrainConfig` and :class:`~infoprobe.model.ModelConfig` values
+:class:`~infoprobe.train.config.TrainConfig` and :class:`~infoprobe.model.ModelConfig` values
 (built from :mod:`~infoprobe.reproduce.claims.defaults`), the grid points, the ``QUICK``
 and ``PAPER`` profiles and the ``CLAIM`` with its figures.
 

@@ -24,7 +24,7 @@ from infoprobe.reproduce.claims.defaults import (
 )
 from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profile
 from infoprobe.tasks import Task
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 Row = tuple[Task, tuple[int, ...], int, TrainConfig, float, Literal["data", "cls"]]
 """(task, heads per layer, width E, training settings, init gain, probed query tokens)."""

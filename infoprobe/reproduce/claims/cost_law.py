@@ -46,7 +46,7 @@ from infoprobe.reproduce.claims.defaults import (
     task,
 )
 from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profile
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 QUICK_WIDTHS = (32, 128, 512)
 PAPER_WIDTHS = (16, 32, 64, 128, 256, 512, 1024)

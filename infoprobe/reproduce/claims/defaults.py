@@ -24,7 +24,7 @@ from typing import Any
 
 from infoprobe.model import ModelConfig, PosEncoding
 from infoprobe.tasks import Task, make_task
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 QUICK_TRAIN = TrainConfig(
     steps=10_000,

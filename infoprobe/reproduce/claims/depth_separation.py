@@ -18,7 +18,7 @@ from infoprobe.reproduce.claims.defaults import (
     task,
 )
 from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profile
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 # (series, width E, heads per layer).
 # 1 layer E=32 (13,793 parameters at d=2) vs 2 layers E=23 (14,003): matched within 2%.

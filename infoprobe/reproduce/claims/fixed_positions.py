@@ -18,7 +18,7 @@ from infoprobe.reproduce.claims.defaults import (
     task,
 )
 from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profile
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 QUICK_STEPS = 3_000
 # Samples of the CLS attention average and of the CLS probe (split into train/val/test).

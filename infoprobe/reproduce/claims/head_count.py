@@ -19,7 +19,7 @@ from infoprobe.reproduce.claims.defaults import (
     task,
 )
 from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profile
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 QUICK_TRAIN_5K = replace(QUICK_TRAIN, steps=5_000)
 

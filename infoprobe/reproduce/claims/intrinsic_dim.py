@@ -20,7 +20,7 @@ from infoprobe.reproduce.claims.defaults import (
     task,
 )
 from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profile
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 # D=2 gets 4 seeds in the quick profile (raised from 2 after the first 2-seed run failed
 # the gate): on held-out seeds 100 and 101 and on seeds 0 and 1, half of the (2,2) models

@@ -19,7 +19,7 @@ from infoprobe.reproduce.claims.defaults import (
     task,
 )
 from infoprobe.reproduce.grid import Check, Claim, FigureSpec, GridPoint, Profile
-from infoprobe.train.loop import TrainConfig
+from infoprobe.train.config import TrainConfig
 
 # (heads per layer, width E): the paper's three configurations.
 MODELS = (((2, 2), 24), ((4, 4), 24), ((4, 4), 48))
