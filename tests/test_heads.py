@@ -14,17 +14,16 @@ import numpy as np
 import pytest
 import torch
 
-from infoprobe.attention.program import (
+from infoprobe.attention.program import NO_OPERATION, observed_program
+from infoprobe.attention.statistics import (
     DIFFUSE,
     GLOBAL,
-    NO_OPERATION,
     POSITIONAL,
     RETRIEVAL,
     HeadsError,
     argmax_agreement,
     classify,
     head_statistics,
-    observed_program,
 )
 from infoprobe.infoflow import (
     AggregateAll,

@@ -10,7 +10,7 @@ The rule (fixed before any comparison with flow or decodability, which it never 
 for each comparison that has a mirror and whose first stage is a retrieval in the
 program, take the block b that stage runs in; for each orientation, the agreement of a
 head is the share of (sample, query) pairs whose attention argmax over the T data keys
-is the key that orientation retrieves (:func:`infoprobe.attention.program.argmax_agreement`); the
+is the key that orientation retrieves (:func:`infoprobe.attention.statistics.argmax_agreement`); the
 orientation's score is its best head's agreement. The mirror is chosen iff its score is
 strictly higher; otherwise, and for every comparison without a mirror or without a
 retrieval in the program, the declared chain stays.
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from infoprobe.attention.program import argmax_agreement
+from infoprobe.attention.statistics import argmax_agreement
 from infoprobe.infoflow import Architecture, InfoFlowError, Retrieval, predict, retrievals
 from infoprobe.tasks import Task
 
