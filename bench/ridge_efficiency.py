@@ -3,7 +3,7 @@
 FLOP_min per cell = N_tr·E² (SYRK Gram of the training rows) + 2·N·E·K (cross products of
 all rows) + E³/3 + 2·E²·K (factorisation and solve), K = T·d target columns; the
 efficiency is FLOP_min · cells / (t · P_peak), with P_peak the float32 ``torch.matmul``
-rate on 2048² matrices (research/performance.md, benchmark B4).
+rate on 2048² matrices (measurements: bench/README.md).
 
 What varies from run to run is the machine, not the pass: on cores shared with other
 jobs, the 2-second pass and the 0.1-second peak product meet different contention, and a

@@ -3,10 +3,10 @@ and seed count recorded in tests/reproduce_keys.json, so finished result folders
 A point whose settings were changed on purpose (a new recipe means new runs) is marked
 ``changed`` there, with the reason, and holds its new key and spec.
 
-The recorded keys and specs were written by the claims as they were before they became
-typed configs (commit 735cab4). Here each key is also recomputed from the recorded spec
-alone, by hand (hashlib on sorted-key JSON, the slug of the label, the fields added after
-the first runs dropped at their earlier value), without the code under test.
+The recorded keys and specs are fixed data, never regenerated from the code under test.
+Each key is also recomputed here from its recorded spec alone, by hand (hashlib on
+sorted-key JSON, the slug of the label, the fields added after the first runs dropped at
+their earlier value), without the code under test.
 """
 
 import hashlib
