@@ -114,9 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Probe which input positions each Transformer token can access, and compare the "
             "observed information sets with the InfoFlow prediction.\n\n"
-            "Pipeline: train -> cache -> probe (decodability) and influence (flow) -> "
-            "predict -> compare -> report (`infoprobe run` chains them; `infoprobe demo` is "
-            "a curated small run)."
+            "Pipeline: train -> cache (and its random-init control) -> probe (decodability) "
+            "-> flow and flow control (`infoprobe influence`) -> predict -> compare -> report "
+            "(`infoprobe run` chains them; `infoprobe demo` is a curated small run)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run `infoprobe COMMAND --help` for each command's options and examples.",
