@@ -122,6 +122,16 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
     assert all(torch.isfinite(p).all() for p in ck.model.parameters())
 
 
+def test_non_finite_loss_without_keep_diverged_writes_nothing(tmp_path):
+    task = NaNTargets()
+    with pytest.raises(NonFiniteLossError, match="step 0"):
+        train_and_save(
+            task, small_model(task.task), SMALL, tmp_path / "ck", progress=False,
+            keep_diverged=False,
+        )  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "kw, field", [({"steps": 0}, "steps"), ({"lr": 0.0}, "lr"), ({"n_train": 8}, "n_train")]
 )

@@ -49,10 +49,8 @@ def _train_stage(
 ) -> None:
     """Train into ``dst``; a diverging run keeps nothing there and stops with one line."""
     try:
-        train_and_save(task, model_cfg, train_cfg, dst, **kw)
+        train_and_save(task, model_cfg, train_cfg, dst, keep_diverged=False, **kw)
     except NonFiniteLossError as err:
-        if dst.exists():
-            shutil.rmtree(dst)  # a diverged model is not this stage's output
         raise RunFolderError(
             f"stage 'train' diverged: non-finite training loss at step {err.step}; nothing "
             "was kept. Lower --lr or set --grad-clip and re-run into the same folder"

@@ -325,12 +325,14 @@ def train_and_save(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     threads: int | str | None = None,
+    keep_diverged: bool = True,
 ) -> TrainResult:
     """Train (``threads``: see :func:`train`), then write the checkpoint folder ``out``
     (refused up front if it exists or cannot be written: see :func:`check_output_folder`).
 
-    If the loss diverges, the last good model is still saved (its metrics record where
-    training stopped) before :class:`NonFiniteLossError` propagates.
+    If the loss diverges, :class:`NonFiniteLossError` propagates; with ``keep_diverged``
+    the last good model is saved first (its metrics record where training stopped),
+    without it nothing is written (a pipeline stage whose output must be a trained model).
     """
 
     def save(result: TrainResult) -> None:
@@ -348,7 +350,8 @@ def train_and_save(
     try:
         result = train(task, model_cfg, cfg, progress=progress, log=log, threads=threads)
     except NonFiniteLossError as err:
-        save(err.result)
+        if keep_diverged:
+            save(err.result)
         raise
     save(result)
     return result
