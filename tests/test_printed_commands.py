@@ -35,8 +35,10 @@ import argparse
 import re
 import shlex
 import shutil
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from matplotlib.figure import Figure
@@ -195,9 +197,16 @@ def scaled(option: str, value: int) -> int:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    """The real parser's reading of ``argv``; a refusal fails the test with its message."""
+    """The real parser's reading of ``argv``; a refusal fails the test with its message.
+    A command for a GPU is parsed as on a machine with one (``--device`` checks that torch
+    sees the device)."""
+    gpu = "cuda" in argv
     try:
-        return build_parser().parse_args(argv)
+        with (
+            mock.patch("torch.cuda.is_available", return_value=True) if gpu else nullcontext(),
+            mock.patch("torch.cuda.device_count", return_value=1) if gpu else nullcontext(),
+        ):
+            return build_parser().parse_args(argv)
     except SystemExit as stop:
         if stop.code == 0 and "--help" in argv:
             return argparse.Namespace(func=None)

@@ -128,6 +128,11 @@ def positive_int_list(text: str) -> list[int]:
     return values
 
 
+def positive_int_tuple(text: str) -> tuple[int, ...]:
+    """``"1,2"`` → (1, 2): :func:`positive_int_list` as a tuple (a frozen setting's value)."""
+    return tuple(positive_int_list(text))
+
+
 def unit_float(text: str) -> float:
     """A number in [0, 1] (weights of a convex mix)."""
     value = finite_float(text)

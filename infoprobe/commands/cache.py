@@ -12,12 +12,13 @@ import json
 import torch
 
 from infoprobe.base.errors import UsageError
-from infoprobe.commands.argtypes import device, positive_int, seed, site_spec
-from infoprobe.hooks import PRESET_PATTERNS, CacheError, CacheFile, open_cache, read_header
+from infoprobe.commands.argtypes import positive_int
+from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
+from infoprobe.hooks import CacheError, CacheFile, open_cache, read_header
 from infoprobe.hooks.schema import DatasetPlan
-from infoprobe.pipeline.caching import DATA_SEED_OFFSET, checkpoint_cache_job
+from infoprobe.pipeline.caching import DATA_SEED_OFFSET, CacheSettings, checkpoint_cache_job
 
-USAGE = """infoprobe cache CHECKPOINT --out FILE [--n N] [--sites SITES] [--batch B]
+USAGE = """infoprobe cache CHECKPOINT --out FILE [--n N] [--sites SITES] [--cache-batch B]
                        [--dtype {float32,float16}] [--data-seed S] [--random-init SEED]
                        [--device DEV] [--threads K] [--overwrite] [--durable]
                        [--quiet]
@@ -44,7 +45,7 @@ EXAMPLES = f"""sites (comma-separated, combined as a union):
   re:REGEX    every hook whose name matches, e.g. 're:hook_resid_(pre|post)$'
 
 examples:
-  infoprobe cache runs/id-2-2 --n 20000 --sites residual,attention --batch 512 \\
+  infoprobe cache runs/id-2-2 --n 20000 --sites residual,attention --cache-batch 512 \\
       --out runs/id-2-2/acts.h5
   infoprobe cache runs/id-2-2 --n 20000 --sites layers --dtype float16 --out acts16.h5
   infoprobe cache runs/id-2-2 --n 20000 --sites residual,attention --random-init 1 \\
@@ -76,45 +77,7 @@ CHECKPOINT of the write form."""
 def _add_write_options(p: argparse.ArgumentParser) -> None:
     """The options of the write form (``infoprobe cache CHECKPOINT --out FILE ...``)."""
     p.add_argument("--out", metavar="FILE", help="HDF5 file to write or resume (required)")
-    p.add_argument(
-        "--n", type=positive_int, default=20_000, help="number of samples N (default 20000)"
-    )
-    p.add_argument(
-        "--sites",
-        type=site_spec,
-        default="residual,attention",
-        help=f"hook sites: presets {sorted(PRESET_PATTERNS)}, hook names or "
-        "re:REGEX, comma-separated (default residual,attention)",
-    )
-    p.add_argument(
-        "--batch",
-        type=positive_int,
-        default=512,
-        help="samples per forward pass and per commit (default 512)",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="activation storage dtype (inputs/targets stay float32)",
-    )
-    p.add_argument(
-        "--data-seed",
-        type=seed,
-        default=None,
-        help=f"seed of the samples (default: training seed + {DATA_SEED_OFFSET})",
-    )
-    p.add_argument(
-        "--random-init",
-        type=seed,
-        default=None,
-        metavar="SEED",
-        help="cache a random-init control: same architecture and samples, weights "
-        "freshly initialised from SEED",
-    )
-    p.add_argument(
-        "--device", type=device, default="cpu", metavar="DEV", help="torch device (default cpu)"
-    )
+    add_settings_arguments(p, CacheSettings)
     p.add_argument(
         "--threads", type=positive_int, default=None, metavar="K", help="torch CPU threads"
     )
@@ -282,21 +245,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--out FILE is required to write a cache")
     if args.threads:
         torch.set_num_threads(args.threads)
-    job = checkpoint_cache_job(
-        args.checkpoint,
-        n=args.n,
-        sites=args.sites,
-        batch_size=args.batch,
-        dtype=args.dtype,
-        data_seed=args.data_seed,
-        random_init_seed=args.random_init,
-        device=args.device,
-    )
+    settings = settings_from_args(CacheSettings, args)
+    job = checkpoint_cache_job(args.checkpoint, **settings.job_options())
     plan, spec = job.plan, job.provenance["data_spec"]
     weights = (
         "trained weights"
-        if args.random_init is None
-        else f"random-init control (seed {args.random_init})"
+        if settings.random_init_seed is None
+        else f"random-init control (seed {settings.random_init_seed})"
     )
     print(
         f"checkpoint {args.checkpoint} ({weights}), task {spec['task']['name']}, "

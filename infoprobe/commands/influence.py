@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.commands.argtypes import device, positive_float, positive_int, seed
+from infoprobe.commands.argtypes import positive_int, seed
+from infoprobe.commands.settingsargs import (
+    DeviceSetting,
+    add_settings_arguments,
+    settings_from_args,
+)
 from infoprobe.influence import (
     DEFAULT_FLOW_FRACTION,
     InfluenceSettings,
@@ -12,9 +17,6 @@ from infoprobe.influence import (
     influence_for_cache,
     layer_summary,
 )
-from infoprobe.influence.settings import DEFAULT_BLOCK_SIZE, ESTIMATORS, METHODS
-
-DEFAULTS = InfluenceSettings()
 
 USAGE = """infoprobe influence CHECKPOINT --cache FILE --out FILE [--method {local,resample}]
                            [--estimator {jacobian,fd}] [--directions K] [--epsilon EPS]
@@ -73,43 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--cache", required=True, metavar="FILE", help="activation cache of this checkpoint"
     )
     p.add_argument("--out", required=True, metavar="FILE", help="influence file to write (.h5)")
-    p.add_argument(
-        "--method", choices=METHODS, default=DEFAULTS.method, help=f"question ({DEFAULTS.method})"
-    )
-    p.add_argument(
-        "--estimator",
-        choices=ESTIMATORS,
-        default=DEFAULTS.estimator,
-        help="local sensitivity estimator: exact Jacobian or finite differences "
-        f"({DEFAULTS.estimator})",
-    )
-    p.add_argument(
-        "--directions",
-        type=positive_int,
-        default=DEFAULTS.directions,
-        metavar="K",
-        help=f"fd: random directions ({DEFAULTS.directions})",
-    )
-    p.add_argument(
-        "--epsilon",
-        type=positive_float,
-        default=DEFAULTS.epsilon,
-        metavar="EPS",
-        help=f"fd: nudge size in units of the input scale σ ({DEFAULTS.epsilon:g})",
-    )
-    p.add_argument(
-        "--resamples",
-        type=positive_int,
-        default=DEFAULTS.resamples,
-        metavar="R",
-        help=f"resample: partner samples ({DEFAULTS.resamples})",
-    )
-    p.add_argument(
-        "--seed",
-        type=seed,
-        default=DEFAULTS.seed,
-        help=f"seed of directions and partners ({DEFAULTS.seed})",
-    )
+    add_settings_arguments(p, InfluenceSettings, skip=("max_sequences",))
     p.add_argument(
         "--random-init",
         type=seed,
@@ -120,14 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--n", type=positive_int, default=None, help="use the first N cache samples (all)"
     )
-    p.add_argument(
-        "--block-size",
-        type=positive_int,
-        default=None,
-        metavar="B",
-        help=f"samples per committed block ({DEFAULT_BLOCK_SIZE})",
-    )
-    p.add_argument("--device", type=device, default="cpu", metavar="DEV", help="torch device (cpu)")
+    add_settings_arguments(p, DeviceSetting)
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing influence file at --out"
     )
@@ -136,15 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = InfluenceSettings(
-        method=args.method,
-        estimator=args.estimator,
-        directions=args.directions,
-        epsilon=args.epsilon,
-        resamples=args.resamples,
-        seed=args.seed,
-        block_size=args.block_size,
-    )
+    settings = settings_from_args(InfluenceSettings, args)
     weights = (
         "checkpoint weights"
         if args.random_init is None

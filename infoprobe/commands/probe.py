@@ -7,23 +7,55 @@ import math
 
 import numpy as np
 
-from infoprobe.commands.argtypes import (
-    device,
-    finite_float,
-    positive_float,
-    positive_int,
-    positive_int_list,
-    seed,
-    split_fractions,
-)
-from infoprobe.pipeline.probing import PROBES, TARGETS, ProbeSettings, layer_summary, run_probe
+from infoprobe.commands.argtypes import finite_float, positive_int_tuple, split_fractions
+from infoprobe.commands.settingsargs import CliField, add_settings_arguments, settings_from_args
+from infoprobe.pipeline.probing import ProbeSettings, layer_summary, run_probe
 from infoprobe.probes.batched_training import TrainingBudget
-from infoprobe.probes.observed import (
-    DEFAULT_MARGIN,
-    DEFAULT_TAU,
-    DEFAULT_TAU_SAMPLE,
-    Thresholds,
-)
+from infoprobe.probes.observed import Thresholds
+from infoprobe.probes.ridge import DEFAULT_ALPHAS
+
+
+def _alpha_range(alphas: tuple[float, ...]) -> str:
+    return f"{alphas[0]:g}:{alphas[-1]:g}:{len(alphas)}"
+
+
+PROBE_FIELDS = {
+    "alphas": CliField(
+        convert=lambda text: alpha_grid(text),  # defined below
+        metavar="LOW:HIGH:COUNT",
+        help="ridge λ grid, log-spaced, or a comma-separated list; chosen per probe on validation",
+        default_text=_alpha_range(DEFAULT_ALPHAS),
+    ),
+    "fractions": CliField(
+        convert=split_fractions,
+        metavar="TRAIN,VAL,TEST",
+        help="train,val,test fractions, assigned at random by sample",
+    ),
+    "split_seed": CliField(metavar="SEED", help="seed of the split and of the shuffled control"),
+    "ranks": CliField(convert=positive_int_tuple, metavar="R1,R2,.."),
+    "block_size": CliField(metavar="B"),
+    "mlp_hidden": CliField(metavar="WIDTH", help="MLP/query probe width"),
+}
+"""What the command line needs of ProbeSettings' fields beyond their metadata."""
+THRESHOLD_FIELDS = {
+    "tau": CliField(convert=finite_float, help="R² threshold of the observed sets"),
+    "margin": CliField(convert=finite_float, help="selectivity threshold (R² above the controls)"),
+    "tau_sample": CliField(convert=finite_float, help="per-sample error threshold"),
+}
+"""Thresholds' fields (their docs are the class's prose, not an Args: section; their
+ranges are checked by Thresholds itself, with its own message)."""
+BUDGET_FIELDS = {
+    "epochs": CliField(help="MLP/query probe epochs"),
+    "batch_size": CliField(
+        flags=("--probe-batch",),
+        aliases=("--batch-size",),
+        dest="probe_batch",
+        metavar="B",
+        help="MLP/query probe minibatch (samples per optimiser step)",
+    ),
+    "lr": CliField(help="MLP/query probe learning rate"),
+}
+"""TrainingBudget's fields that are options (``--probe-batch``: not the cache's batch)."""
 
 EXAMPLES = """examples:
   infoprobe probe acts.h5 --control random-init.h5 --out probes.h5
@@ -55,13 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("cache", help="activation cache (.h5) written by `infoprobe cache`")
-    p.add_argument("--probe", choices=PROBES, default="linear", help="probe family (linear)")
-    p.add_argument(
-        "--targets",
-        choices=TARGETS,
-        default="positions",
-        help="x(s) at every position, or role targets from attention (positions)",
-    )
+    add_settings_arguments(p, ProbeSettings, only=("probe", "targets"), extra=PROBE_FIELDS)
     p.add_argument(
         "--control",
         metavar="CACHE",
@@ -69,63 +95,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, help="results file to write (.h5)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.add_argument(
-        "--alphas",
-        type=alpha_grid,
-        default=alpha_grid("1e-3:1e5:17"),
-        metavar="LOW:HIGH:COUNT",
-        help="ridge λ grid, log-spaced, or a comma-separated list (1e-3:1e5:17)",
+    add_settings_arguments(
+        p,
+        ProbeSettings,
+        skip=("probe", "targets", "shuffle_seed", "thresholds", "budget", "device"),
+        extra=PROBE_FIELDS,
+        after={"block_size": _add_thresholds},
     )
-    p.add_argument(
-        "--split",
-        type=split_fractions,
-        default="0.7,0.15,0.15",
-        help="train,val,test fractions, assigned at random by sample (%(default)s)",
+    add_settings_arguments(
+        p, TrainingBudget, only=("epochs", "batch_size", "lr"), extra=BUDGET_FIELDS
     )
-    p.add_argument(
-        "--seed",
-        type=seed,
-        default=0,
-        help="seed of the split and shuffled control (%(default)s)",
-    )
-    p.add_argument(
-        "--ranks",
-        type=positive_int_list,
-        default="1,2",
-        help="attention ranks of role targets, 1 = most attended key (1,2)",
-    )
-    p.add_argument(
-        "--tau", type=finite_float, default=DEFAULT_TAU, help=f"R² threshold ({DEFAULT_TAU})"
-    )
-    p.add_argument(
-        "--margin",
-        type=finite_float,
-        default=DEFAULT_MARGIN,
-        help=f"selectivity threshold ({DEFAULT_MARGIN})",
-    )
-    p.add_argument(
-        "--tau-sample",
-        type=finite_float,
-        default=DEFAULT_TAU_SAMPLE,
-        help=f"per-sample error threshold ({DEFAULT_TAU_SAMPLE})",
-    )
-    p.add_argument(
-        "--block-size",
-        type=positive_int,
-        default=None,
-        help="samples per streamed block (default: about 64 MiB)",
-    )
-    p.add_argument("--hidden", type=positive_int, default=64, help="MLP/query probe width (64)")
-    p.add_argument("--epochs", type=positive_int, default=100, help="MLP/query probe epochs (100)")
-    p.add_argument(
-        "--batch-size", type=positive_int, default=256, help="MLP/query probe batch (256)"
-    )
-    p.add_argument(
-        "--lr", type=positive_float, default=1e-3, help="MLP/query probe learning rate (1e-3)"
-    )
-    p.add_argument("--device", type=device, default="cpu", help="torch device (cpu)")
+    add_settings_arguments(p, ProbeSettings, only=("device",))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
+
+
+def _add_thresholds(group: argparse._ArgumentGroup) -> None:
+    add_settings_arguments(
+        group, Thresholds, only=("tau", "margin", "tau_sample"), extra=THRESHOLD_FIELDS
+    )
 
 
 def alpha_grid(text: str) -> tuple[float, ...]:
@@ -155,21 +143,21 @@ def alpha_grid(text: str) -> tuple[float, ...]:
     return values
 
 
-def run(args: argparse.Namespace) -> int:
-    settings = ProbeSettings(
-        probe=args.probe,
-        targets=args.targets,
-        alphas=args.alphas,
-        fractions=args.split,
-        split_seed=args.seed,
-        shuffle_seed=args.seed,
-        ranks=tuple(args.ranks),
-        block_size=args.block_size,
-        thresholds=Thresholds(tau=args.tau, margin=args.margin, tau_sample=args.tau_sample),
-        mlp_hidden=args.hidden,
-        budget=TrainingBudget(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr),
-        device=args.device,
+def probe_settings_from_args(args: argparse.Namespace) -> ProbeSettings:
+    """The ProbeSettings of the parsed options (``--seed`` seeds the split and the
+    shuffled control)."""
+    return settings_from_args(
+        ProbeSettings,
+        args,
+        extra=PROBE_FIELDS,
+        shuffle_seed=args.split_seed,
+        thresholds=settings_from_args(Thresholds, args, extra=THRESHOLD_FIELDS),
+        budget=settings_from_args(TrainingBudget, args, extra=BUDGET_FIELDS),
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = probe_settings_from_args(args)
     results = run_probe(
         args.cache,
         args.out,

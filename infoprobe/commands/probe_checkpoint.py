@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.commands.argtypes import device
 from infoprobe.commands.run import add_analysis_arguments, run_settings_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.pipeline.run import probe_checkpoint
@@ -30,11 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("checkpoint", help="checkpoint folder (model.safetensors + checkpoint.json)")
     p.add_argument("--out", required=True, help="run folder")
-    p.add_argument(
-        "--device", type=device, default="cpu", help="torch device (default: %(default)s)"
-    )
     add_task_arguments(p, required=False)
-    add_analysis_arguments(p)
+    add_analysis_arguments(p, device=True)
     p.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from infoprobe.commands.argtypes import positive_int
+from infoprobe.commands.settingsargs import DeviceSetting, add_settings_arguments
 from infoprobe.reproduce import CLAIMS, SweepError, estimate, reproduce
 
 DESCRIPTION = """\
@@ -102,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="output folder (default: reproduce/CLAIM/PROFILE)",
     )
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
+    add_settings_arguments(p, DeviceSetting)
     p.add_argument(
         "--ensemble",
         type=positive_int,

@@ -9,13 +9,14 @@ from types import SimpleNamespace
 
 import torch
 
-from infoprobe.commands.argtypes import positive_int, seed_list, site_spec
+from infoprobe.commands.argtypes import seed_list
 from infoprobe.commands.modelargs import (
     add_model_arguments,
     add_train_arguments,
     model_config_from_args,
     train_config_from_args,
 )
+from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.pipeline.run import run_pipeline
 from infoprobe.pipeline.settings import RunSettings
@@ -50,41 +51,16 @@ what the network reads from it.
 """
 
 
-def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of the stages after training (shared with probe-checkpoint)."""
-    d = RunSettings()
+ANALYSIS_OPTIONS = ("n_cache", "sites", "probe", "batch_size", "rollout")
+"""The RunSettings fields that are options of ``run`` and ``probe-checkpoint`` (the device
+is ``run``'s training device, or ``probe-checkpoint``'s own option)."""
+
+
+def add_analysis_arguments(parser: argparse.ArgumentParser, *, device: bool = False) -> None:
+    """Options of the stages after training, generated from :class:`RunSettings` (shared
+    with probe-checkpoint; ``device``: also RunSettings' ``--device``)."""
     g = parser.add_argument_group("analysis", "cache, probes, comparison")
-    g.add_argument(
-        "--n-cache",
-        type=positive_int,
-        default=d.n_cache,
-        help="samples cached and probed (default: %(default)s)",
-    )
-    g.add_argument(
-        "--sites",
-        type=site_spec,
-        default=d.sites,
-        help="hook sites to cache (default: %(default)s; see infoprobe cache --help)",
-    )
-    g.add_argument(
-        "--probe",
-        choices=("linear", "mlp", "query"),
-        default=d.probe,
-        help="probe family for the position probes: linear (ridge), mlp, or query (one "
-        "MLP per state, conditioned on the position: per-sample errors) (default: %(default)s)",
-    )
-    g.add_argument(
-        "--cache-batch",
-        type=positive_int,
-        default=d.batch_size,
-        help="samples per forward pass when caching (default: %(default)s)",
-    )
-    g.add_argument(
-        "--no-rollout",
-        dest="rollout",
-        action="store_false",
-        help="do not compare attention rollout beside InfoFlow",
-    )
+    add_settings_arguments(g, RunSettings, only=(*ANALYSIS_OPTIONS, *(("device",) * device)))
     g.add_argument(
         "--overwrite",
         action="store_true",
@@ -94,14 +70,8 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_settings_from_args(args: argparse.Namespace) -> RunSettings:
-    return RunSettings(
-        n_cache=args.n_cache,
-        sites=args.sites,
-        probe=args.probe,
-        batch_size=args.cache_batch,
-        rollout=args.rollout,
-        device=getattr(args, "device", "cpu"),
-    )
+    """The RunSettings of the parsed options (the device: ``--device``, training's on ``run``)."""
+    return settings_from_args(RunSettings, args)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

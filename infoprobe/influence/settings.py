@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from infoprobe.influence.errors import InfluenceSettingsError
@@ -40,11 +40,21 @@ class InfluenceSettings:
 
     method: Literal["local", "resample"] = "local"
     estimator: Literal["fd", "jacobian"] = "jacobian"
-    directions: int = 2
-    epsilon: float = 0.01
-    resamples: int = 2
+    directions: int = field(default=2, metadata={"cli": {"metavar": "K"}})
+    epsilon: float = field(default=0.01, metadata={"cli": {"metavar": "EPS"}})
+    resamples: int = field(default=2, metadata={"cli": {"metavar": "R"}})
     seed: int = 0
-    block_size: int | None = None
+    block_size: int | None = field(
+        default=None,
+        metadata={
+            "cli": {
+                "metavar": "B",
+                "default_text": str(DEFAULT_BLOCK_SIZE),
+                "help": "samples per block, the commit unit and the generator unit (part of "
+                "the result's identity: the draws depend on it)",
+            }
+        },
+    )
     max_sequences: int = DEFAULT_MAX_SEQUENCES
 
     def __post_init__(self) -> None:

@@ -14,23 +14,101 @@ the same probes on it to show what an untrained network already makes decodable.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from infoprobe.base.atomic import remove_stale_temps
 from infoprobe.checkpoint import Checkpoint, load_checkpoint
-from infoprobe.hooks import CachePlan, CacheSummary, plan_cache, write_cache
-from infoprobe.hooks.writer import BatchFn
-from infoprobe.model import InfoFlowTransformer, ModelConfig
+from infoprobe.hooks import CacheError, CachePlan, CacheSummary, plan_cache, write_cache
+from infoprobe.hooks.sites import check_site_spec
+from infoprobe.hooks.writer import STORAGE_DTYPES, BatchFn
+from infoprobe.model import MAX_SEED, InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import Task
 
 DATA_SEED_OFFSET = 10_000
 """Default data seed = training seed + this (never equal to the training seed)."""
 SAMPLER = "task.sample(size_b, numpy.random.default_rng([data_seed, b]))"
+CACHE_BATCH_OPTION = {"cli": {"flags": ("--cache-batch",), "dest": "cache_batch", "metavar": "B"}}
+"""The command-line spelling of a cache's forward-pass batch, on every command."""
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """What a cache holds and how it is computed (``infoprobe cache``; a run's cache stage
+    takes ``sites``, ``batch_size`` and ``device`` from its RunSettings, whose defaults are
+    these). The values are checked by :func:`~infoprobe.hooks.plan_cache` before any file
+    is opened.
+
+    Args:
+        n: number of samples N
+        sites: hook sites: presets (residual, attention, layers, all), hook names or
+            re:REGEX, comma-separated
+        batch_size: samples per forward pass and per commit
+        dtype: activation storage dtype (inputs and targets stay float32)
+        data_seed: seed of the samples
+        random_init_seed: cache a random-init control: same architecture and samples,
+            weights freshly initialised from SEED (``None``: the trained weights)
+        device: torch device of the forward passes
+    """
+
+    n: int = field(default=20_000, metadata={"cli": {"metavar": "N"}})
+    sites: str = "residual,attention"
+    batch_size: int = field(
+        default=512,
+        metadata={"cli": {**CACHE_BATCH_OPTION["cli"], "aliases": ("--batch",)}},
+    )
+    dtype: Literal["float32", "float16"] = "float32"
+    data_seed: int | None = field(
+        default=None,
+        metadata={"cli": {"default_text": f"the training seed + {DATA_SEED_OFFSET}"}},
+    )
+    random_init_seed: int | None = field(
+        default=None, metadata={"cli": {"flags": ("--random-init",), "metavar": "SEED"}}
+    )
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        """Validate every setting before any file is opened."""
+        check_setting(self, CacheError, "n", "batch_size", kind="count")
+        check_setting(self, CacheError, "data_seed", "random_init_seed", kind="seed")
+        check_setting(self, CacheError, "device", kind="device")
+        if self.dtype not in STORAGE_DTYPES:
+            raise CacheError(
+                f"CacheSettings.dtype: expected one of {STORAGE_DTYPES}, got {self.dtype!r}"
+            )
+        check_site_spec(self.sites)  # the names are checked against the model later
+
+    def job_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`checkpoint_cache_job`."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def check_setting(settings: Any, error: type[Exception], *names: str, kind: str) -> None:
+    """Raise ``error`` naming ``settings``' field when one of ``names`` is not a ``kind``:
+    ``count`` (an integer >= 1), ``seed`` (None or an integer in 0..2**63-1) or ``device``
+    (a torch device name)."""
+    for name in names:
+        value = getattr(settings, name)
+        if kind == "device":
+            try:
+                torch.device(value)
+                continue
+            except (RuntimeError, TypeError, ValueError):
+                expected = "a torch device such as 'cpu', 'cuda' or 'cuda:0'"
+        else:
+            integer = isinstance(value, int) and not isinstance(value, bool)
+            if kind == "count":
+                ok, expected = integer and value >= 1, "an integer >= 1"
+            else:
+                ok = value is None or (integer and 0 <= value <= MAX_SEED)
+                expected = "None or an integer in 0..2**63-1"
+            if ok:
+                continue
+        raise error(f"{type(settings).__name__}.{name}: expected {expected}, got {value!r}")
 
 
 def default_data_seed(checkpoint: Checkpoint) -> int:
@@ -103,25 +181,21 @@ class CacheJob:
 def checkpoint_cache_job(
     checkpoint: str | os.PathLike | Checkpoint,
     *,
-    n: int = 20_000,
-    sites: str = "residual,attention",
-    batch_size: int = 512,
-    dtype: str = "float32",
+    n: int = CacheSettings.n,
+    sites: str = CacheSettings.sites,
+    batch_size: int = CacheSettings.batch_size,
+    dtype: str = CacheSettings.dtype,
     data_seed: int | None = None,
     random_init_seed: int | None = None,
-    device: str | torch.device = "cpu",
+    device: str | torch.device = CacheSettings.device,
 ) -> CacheJob:
     """Plan the cache of a checkpoint on ``n`` fresh samples of its task.
 
     Args:
         checkpoint: checkpoint folder (or a loaded :class:`Checkpoint`).
-        n: samples N. sites: hook sites (presets ``residual``, ``attention``, ``layers``,
-            ``all``; names; ``re:`` regexes). batch_size: samples per forward and commit.
-        dtype: activation storage, ``float32`` or ``float16``.
-        data_seed: seed of the samples (default :func:`default_data_seed`).
-        random_init_seed: cache a random-init control (same architecture and samples,
-            weights initialised from this seed) instead of the trained weights.
-        device: torch device of the forward passes.
+        n, sites, batch_size, dtype, data_seed, random_init_seed, device: as in
+            :class:`CacheSettings` (its defaults; ``data_seed`` None:
+            :func:`default_data_seed`).
 
     The provenance records the checkpoint's weights hash, its model config, the data
     spec and ``random_init_seed`` (None for the trained weights).

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 from infoprobe.hooks import layer_sites, resolve_sites
 from infoprobe.hooks.sites import check_site_spec
 from infoprobe.influence import InfluenceSettings
+from infoprobe.pipeline.caching import CACHE_BATCH_OPTION, CacheSettings, check_setting
 from infoprobe.pipeline.folder import RunFolderError
-from infoprobe.pipeline.probing import ProbeSettings
-from infoprobe.probes.split import make_split
+from infoprobe.pipeline.probing import PROBES, ProbeSettings
+from infoprobe.probes.errors import ProbeInputError
 
 CONTROL_SEED = 12_345
 """Initialisation seed of the random-init control model (fixed, never tuned)."""
@@ -19,36 +21,60 @@ CONTROL_SEED = 12_345
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Settings of the stages after training (the defaults are the documented ones).
+    """Settings of the stages after training (the defaults are the documented ones), each
+    validated on construction, before any stage touches a file.
 
-    n_cache: samples cached and probed (split by sample into train/val/test by the probes).
-    sites: hook sites cached (the probes read the layer residuals, the report and rollout
-        the attention patterns).
-    probe: probe family for the position probes (``linear``, ``mlp`` or ``query``).
-    batch_size: samples per forward pass when caching.
-    rollout: also compare attention rollout (Abnar & Zuidema 2020) with the observations.
-    flow: measure flow (local sensitivity, and its random-init control) on the probes'
-        test samples, with ``influence`` settings (docs/influence.md).
+    Args:
+        n_cache: samples cached and probed (split by sample into train/val/test by the probes)
+        sites: hook sites cached (the probes read the layer residuals, the report and
+            rollout the attention patterns; see infoprobe cache --help)
+        probe: probe family for the position probes: linear (ridge), mlp, or query (one
+            MLP per state, conditioned on the position: per-sample errors)
+        batch_size: samples per forward pass when caching
+        rollout: compare attention rollout (Abnar & Zuidema 2020) beside InfoFlow
+        flow: measure flow (local sensitivity, and its random-init control) on the
+            probes' test samples, with ``influence`` settings (docs/influence.md)
+        influence: the flow stages' :class:`InfluenceSettings`
+        device: torch device of the analysis stages
     """
 
-    n_cache: int = 8192
-    sites: str = "residual,attention"
-    probe: str = "linear"
-    batch_size: int = 512
+    n_cache: int = field(default=8192, metadata={"cli": {"metavar": "N"}})
+    sites: str = CacheSettings.sites
+    probe: str = field(default=ProbeSettings.probe, metadata={"cli": {"choices": PROBES}})
+    batch_size: int = field(default=CacheSettings.batch_size, metadata=CACHE_BATCH_OPTION)
     rollout: bool = True
     flow: bool = True
     influence: InfluenceSettings = field(default_factory=InfluenceSettings)
-    device: str = "cpu"
+    device: str = CacheSettings.device
 
     def __post_init__(self) -> None:
         """Validate every setting before any stage touches a file."""
-        for name in ("n_cache", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise RunFolderError(f"RunSettings.{name}: expected an integer >= 1, got {value!r}")
+        check_setting(self, RunFolderError, "n_cache", "batch_size", kind="count")
         check_site_spec(self.sites)  # the names are checked against the model later
-        ProbeSettings(probe=self.probe, device=self.device)  # raises on an unknown probe
-        make_split(self.n_cache)  # raises when the probes' split would be too small
+        if self.probe not in PROBES:
+            raise ProbeInputError(
+                f"RunSettings.probe: expected one of {PROBES}, got {self.probe!r}"
+            )
+        check_setting(self, RunFolderError, "device", kind="device")
+        if not isinstance(self.influence, InfluenceSettings):
+            raise RunFolderError(
+                f"RunSettings.influence: expected InfluenceSettings, got {self.influence!r}"
+            )
+        self.probes.split(self.n_cache)  # raises when the probes' split would be too small
+
+    @cached_property
+    def probes(self) -> ProbeSettings:
+        """The probe stage's settings: this family and device, ProbeSettings' defaults."""
+        return ProbeSettings(probe=self.probe, device=self.device)
+
+    def cache_options(self) -> dict[str, Any]:
+        """The cache stages' options (of :func:`~infoprobe.pipeline.caching.cache_checkpoint`)."""
+        return {
+            "n": self.n_cache,
+            "sites": self.sites,
+            "batch_size": self.batch_size,
+            "device": self.device,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

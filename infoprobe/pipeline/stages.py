@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from infoprobe.attention.rollout import RolloutConfig
 from infoprobe.compare.files import FORMAT as COMPARISON_FORMAT
 from infoprobe.compare.files import write_comparisons
@@ -18,10 +16,9 @@ from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
 from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.pipeline.folder import RunFolder, RunStage
 from infoprobe.pipeline.predicting import predict_for_cache
-from infoprobe.pipeline.probing import ProbeSettings, run_probe
+from infoprobe.pipeline.probing import run_probe
 from infoprobe.pipeline.settings import CONTROL_SEED, RunSettings
 from infoprobe.probes.results import FORMAT as PROBES_FORMAT
-from infoprobe.probes.split import TEST, make_split
 from infoprobe.report.build import FORMAT as REPORT_FORMAT
 from infoprobe.report.build import from_sources, write_report
 
@@ -60,12 +57,6 @@ def compare_and_report(
     return write_report(report_dir, inputs, overwrite=True)
 
 
-def test_rows(n: int, probe_settings: ProbeSettings) -> np.ndarray:
-    """The cache rows of the probes' test split (the split is decided by n and its seed)."""
-    split = make_split(n, probe_settings.fractions, probe_settings.split_seed)
-    return np.flatnonzero(split == TEST)
-
-
 def _training_note(ckpt_prov: dict) -> str:
     metrics = ckpt_prov.get("metrics", {})
     if "val_nmse" not in metrics:
@@ -81,15 +72,10 @@ def analysis_stages(
 ) -> list[RunStage]:
     """The stages after a checkpoint exists: cache, control, probe, predict, compare, report."""
     path = folder.path
-    cache_opts = {
-        "n": settings.n_cache,
-        "sites": settings.sites,
-        "batch_size": settings.batch_size,
-        "device": settings.device,
-    }
+    cache_opts = settings.cache_options()
     cache_key = {"checkpoint": ckpt_key, **cache_opts}
     control_key = {**cache_key, "random_init_seed": CONTROL_SEED}
-    probe_settings = ProbeSettings(probe=settings.probe, device=settings.device)
+    probe_settings = settings.probes
     probe_key = {"cache": cache_key, "control": control_key, "settings": probe_settings.to_dict()}
     flow_settings = settings.influence
     flow_key = {
@@ -119,7 +105,7 @@ def analysis_stages(
                 out,
                 settings=flow_settings,
                 random_init_seed=seed,
-                rows=test_rows(settings.n_cache, probe_settings),
+                rows=probe_settings.test_rows(settings.n_cache),
                 device=settings.device,
                 progress=not quiet,
             ),
