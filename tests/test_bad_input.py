@@ -274,7 +274,8 @@ def test_train_refuses_a_read_only_folder_even_as_root(monkeypatch, capsys, tmp_
     [
         (["--n", "0"], ["--n", ">= 1"]),
         (["--n", "-5"], ["--n", ">= 1"]),
-        (["--batch", "0"], ["--batch", ">= 1"]),
+        (["--cache-batch", "0"], ["--cache-batch", ">= 1"]),
+        (["--batch", "0"], ["--batch", ">= 1"]),  # the old spelling, still accepted
         (["--batch", "-512"], ["--batch", ">= 1"]),
         (["--data-seed", "-1"], ["--data-seed", "0..2**63-1"]),
         (["--random-init", "-1"], ["--random-init", "0..2**63-1"]),

@@ -43,7 +43,7 @@ def expected_x(task, data_seed: int, n: int = N, batch: int = BATCH) -> np.ndarr
 
 def cache_argv(checkpoint, out, sites: str = "residual,attention") -> list[str]:
     """`infoprobe cache` arguments for N samples in batches of BATCH."""
-    return ["cache", str(checkpoint), "--n", str(N), "--batch", str(BATCH), "--sites", sites,
+    return ["cache", str(checkpoint), "--n", str(N), "--cache-batch", str(BATCH), "--sites", sites,
             "--out", str(out), "--quiet"]  # fmt: skip
 
 
@@ -188,7 +188,7 @@ def test_write_form_takes_options_on_either_side_and_a_folder_named_info(
 ):
     documented, before = tmp_path / "documented.h5", tmp_path / "before.h5"
     assert main(cache_argv(checkpoint, documented, sites="layers")) == 0
-    options = ["--n", str(N), "--batch", str(BATCH), "--sites", "layers", "--quiet"]
+    options = ["--n", str(N), "--cache-batch", str(BATCH), "--sites", "layers", "--quiet"]
     assert main(["cache", *options, str(checkpoint), "--out", str(before)]) == 0
     with open_cache(documented) as a, open_cache(before) as b:
         for (path, x), (_, y) in zip(a.datasets(), b.datasets(), strict=True):
@@ -228,7 +228,8 @@ def test_cli_resumes_an_interrupted_cache_and_info_reports_it(
     monkeypatch.undo()
     assert main(["cache", "info", str(out)]) == 0
     assert f"INCOMPLETE, {BATCH} of {N} samples" in capsys.readouterr().out
-    args = ["cache", str(checkpoint), "--n", str(N), "--batch", str(BATCH), "--sites", "layers"]
+    args = ["cache", str(checkpoint), "--n", str(N), "--cache-batch", str(BATCH)]
+    args += ["--sites", "layers"]
     assert main([*args, "--out", str(out), "--quiet"]) == 0
     assert f"resuming {out} at sample {BATCH} of {N}" in capsys.readouterr().out
     assert main([*args, "--out", str(tmp_path / "whole.h5"), "--quiet"]) == 0
