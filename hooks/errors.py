@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from infoprobe.base.errors import UserError
 
-class CacheError(ValueError):
+
+class CacheError(UserError):
     """Base class: something about an activation cache, its sites or its inputs is wrong."""
 
 

@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from infoprobe import __version__
 from infoprobe.base.atomic import atomic_output
-from infoprobe.base.errors import UsageError
+from infoprobe.base.errors import UsageError, UserError
 from infoprobe.base.header import check_header, make_header
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
@@ -48,7 +48,7 @@ NO_TASK_HINT = (
 )
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint folder is missing, truncated, foreign or inconsistent."""
 
 

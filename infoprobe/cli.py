@@ -7,9 +7,10 @@ Each command module exposes ``register(subparsers)``; its parser sets
 Exit status (:data:`EXIT_STATUS`, printed at the end of every command's ``--help``): 0
 success; 1 a command ran but its result failed (what that means is the command module's
 ``EXIT_FAILURE``: a diverged training run, a failed acceptance check), or a bug (a
-traceback); 2 bad input, reported as one line ``infoprobe CMD: error: ...`` on stderr (see
-:func:`is_user_error`); 130 interrupted (Ctrl-C). Output piped into a reader that stops
-early (``| head``) ends quietly.
+traceback); 2 bad input (a :class:`~infoprobe.base.errors.UserError`, a value a library
+refused, a file or memory problem), reported as one line ``infoprobe CMD: error: ...`` on
+stderr (see :func:`is_user_error`); 130 interrupted (Ctrl-C). Output piped into a reader
+that stops early (``| head``) ends quietly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import infoprobe.commands as commands_package
 from infoprobe import __version__
 from infoprobe.base.allocator import keep_freed_memory
+from infoprobe.base.errors import UserError
 
 # The order users meet the commands in (the pipeline's order); others follow.
 # A name here whose module does not exist is simply never matched.
@@ -161,8 +163,9 @@ def is_user_error(err: BaseException) -> bool:
 
     The rule:
 
-    * ``ValueError`` subclasses defined in infoprobe (``UsageError``, ``CheckpointError``,
-      ``CacheError``, ``ProbeError``, ``TaskError``, ...): infoprobe's own input checks.
+    * :class:`~infoprobe.base.errors.UserError` and its subclasses (``UsageError``,
+      ``CheckpointError``, ``CacheError``, ``ProbeError``, ``TaskError``, ...): infoprobe's
+      own input checks. Every ``ValueError`` subclass infoprobe defines is one.
     * ``ValueError`` raised inside torch, numpy, h5py or safetensors code: the library
       rejected a value it was handed.
     * ``OSError`` and its subclasses (no such file, permission denied, disk full, a file
@@ -176,9 +179,9 @@ def is_user_error(err: BaseException) -> bool:
     """
     if isinstance(err, OSError) or _out_of_memory(err):
         return True
-    if isinstance(err, ValueError):
-        return type(err).__module__.startswith("infoprobe") or _raised_in_library(err)
-    return False
+    if isinstance(err, UserError):
+        return True
+    return isinstance(err, ValueError) and _raised_in_library(err)
 
 
 def describe(err: BaseException) -> str:

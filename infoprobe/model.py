@@ -23,17 +23,18 @@ from torch import nn
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from infoprobe.base.errors import UserError
 from infoprobe.hooks.reader import CheckedActivationCache
 
 PosEncoding = Literal["none", "learned", "sinusoidal"]
 POS_ENCODINGS = ("none", "learned", "sinusoidal")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A model configuration field has an invalid value."""
 
 
-class ModelInputError(ValueError):
+class ModelInputError(UserError):
     """The input of a forward pass has the wrong type, dtype or shape."""
 
 

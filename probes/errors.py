@@ -5,8 +5,10 @@ Messages name the object (file or array), the field, the expected and the actual
 
 from __future__ import annotations
 
+from infoprobe.base.errors import UserError
 
-class ProbeError(ValueError):
+
+class ProbeError(UserError):
     """Base class of every error raised by ``infoprobe.probes``."""
 
 

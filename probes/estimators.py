@@ -23,7 +23,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from infoprobe.probes.batched_training import TrainingBudget
-from infoprobe.probes.errors import SplitTooSmallError
+from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
 from infoprobe.probes.mlp import MLPProbeFit, fit_mlp_probes
 from infoprobe.probes.ridge import DEFAULT_ALPHAS, RidgeFit, fit_ridge
 
@@ -168,7 +168,7 @@ class MLPProbe(ProbeRegressor):
     def _fit_2d(self, X: np.ndarray, Y: np.ndarray) -> None:
         n = X.shape[0]
         if not 0 < self.validation_fraction < 1:
-            raise ValueError(
+            raise ProbeInputError(
                 f"MLPProbe: validation_fraction must lie in (0, 1), "
                 f"got {self.validation_fraction!r}"
             )

@@ -29,9 +29,7 @@ import hashlib
 import io
 import json
 import os
-import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,14 @@ import numpy as np
 import pandas as pd
 
 from infoprobe.base.atomic import temp_name
+from infoprobe.base.header import (
+    axes_of,
+    check_header,
+    label_axes,
+    make_header,
+    plain_attr,
+    write_attrs,
+)
 from infoprobe.probes.errors import ResultsFileError
 
 FORMAT = "infoprobe.probe-results"
@@ -56,37 +62,18 @@ ScoreKey = tuple[str, str, str, str]  # (targets, probe, control, metric)
 SampleKey = tuple[str, str, str]  # (targets, probe, control)
 
 
-# This leaf's own small header helper (a leaf imports nothing from the hub nor from the
-# other leaves); it writes the fields infoprobe.base.header writes for the hub's files.
-def _package_version() -> str:
-    try:
-        return metadata.version("infoprobe")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _label_axes(ds: h5py.Dataset, axes: list[str]) -> None:
-    """The dataset's ``axes`` attribute and HDF5 dimension labels."""
-    ds.attrs["axes"] = list(axes)
-    for i, name in enumerate(axes):
-        ds.dims[i].label = name
-
-
 def _header(f: h5py.File) -> None:
-    """Root header: format, schema_version, created, infoprobe_version, axes (every axis
-    name of the file's datasets, each once); call after writing the datasets."""
-    names: dict[str, None] = {}
+    """Root header (infoprobe.base.header): format, schema_version, created,
+    infoprobe_version, axes (every axis name of the file's datasets, each once); call after
+    writing the datasets."""
+    axes: list[list[str]] = []
 
     def collect(_: str, item: Any) -> None:
         if isinstance(item, h5py.Dataset):
-            names.update(dict.fromkeys(str(a) for a in item.attrs.get("axes", [])))
+            axes.append([str(a) for a in plain_attr(item.attrs.get("axes", []))])
 
     f.visititems(collect)
-    f.attrs["format"] = FORMAT
-    f.attrs["schema_version"] = SCHEMA_VERSION
-    f.attrs["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    f.attrs["infoprobe_version"] = _package_version()
-    f.attrs["axes"] = [str(a) for a in names]
+    write_attrs(f.attrs, make_header(FORMAT, SCHEMA_VERSION, axes_of(*axes)))
 
 
 @dataclass
@@ -176,7 +163,7 @@ class ProbeResults:
         f.attrs["test_index_sha256"] = rows_sha256(self.test_index)
         for (targets, probe, control, metric), arr in self.scores.items():
             ds = f.create_dataset(f"scores/{targets}/{probe}/{control}/{metric}", data=arr)
-            _label_axes(ds, list(SCORE_AXES[targets]))
+            label_axes(ds, list(SCORE_AXES[targets]))
         for (targets, probe, control), arr in self.per_sample.items():
             ds = f.create_dataset(
                 f"per_sample/{targets}/{probe}/{control}/error",
@@ -184,20 +171,20 @@ class ProbeResults:
                 chunks=True,
             )
             axes = SCORE_AXES[targets]
-            _label_axes(ds, [axes[0], "sample", axes[1], axes[2]])
+            label_axes(ds, [axes[0], "sample", axes[1], axes[2]])
         for (targets, kind), arr in self.observed.items():
             ds = f.create_dataset(f"observed/{targets}/{kind}", data=arr.astype(bool))
             base = ["layer", "token", "position"]
-            _label_axes(ds, base if kind == "aggregate" else ["layer", "sample", *base[1:]])
+            label_axes(ds, base if kind == "aggregate" else ["layer", "sample", *base[1:]])
         ds = f.create_dataset("split/test_index", data=np.asarray(self.test_index, np.int64))
-        _label_axes(ds, ["sample"])
+        label_axes(ds, ["sample"])
         ds = f.create_dataset(
             "roles/names", data=np.asarray(self.role_names, dtype=object), dtype=h5py.string_dtype()
         )
-        _label_axes(ds, ["role"])
+        label_axes(ds, ["role"])
         if self.role_partners is not None:
             ds = f.create_dataset("roles/partners", data=self.role_partners.astype(np.int64))
-            _label_axes(ds, ["sample", "role", "token"])
+            label_axes(ds, ["sample", "role", "token"])
         _header(f)
 
     @classmethod
@@ -212,40 +199,31 @@ class ProbeResults:
         except OSError as exc:
             raise ResultsFileError(f"{p}: not an HDF5 file ({exc})") from exc
         with f:
-            version = _plain(f.attrs.get("schema_version"))
-            if version is None or "scores" not in f:
+            if "schema_version" not in f.attrs or "scores" not in f:
                 raise ResultsFileError(
                     f"{p}: attribute 'schema_version' and group '/scores' expected "
                     "(an infoprobe results file), not found"
                 )
-            if not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
-                newer = isinstance(version, int) and version > SCHEMA_VERSION
-                raise ResultsFileError(
-                    f"{p}: attribute 'schema_version' expected an integer 1..{SCHEMA_VERSION}, "
-                    f"got {version!r}" + ("; upgrade infoprobe" if newer else "")
-                )
-            if _plain(f.attrs.get("format")) != FORMAT:
-                raise ResultsFileError(
-                    f"{p}: attribute 'format' expected {FORMAT!r}, got {f.attrs.get('format')!r}"
-                )
+            check_header(f.attrs, p, fmt=FORMAT, readable=range(1, SCHEMA_VERSION + 1),
+                         error=ResultsFileError, what="root attribute")  # fmt: skip
             res = _read_fields(f, p)
         res.check_shapes(p)
         return res
 
     def check_shapes(self, where: str | os.PathLike[str] = "probe results") -> None:
         """Refuse arrays whose shapes do not fit T, the layers and the test split."""
-        n_layers, T, n_test = len(self.layers), self.T, len(self.test_index)
+        n_layer_axis, T, n_test = len(self.layers), self.T, len(self.test_index)
         width = {"positions": T, "roles": len(self.role_names)}
         for (targets, probe, control, metric), arr in self.scores.items():
-            want = (n_layers, T + 1, width.get(targets, -1))
+            want = (n_layer_axis, T + 1, width.get(targets, -1))
             _check_shape(where, f"/scores/{targets}/{probe}/{control}/{metric}", arr, want)
         for (targets, probe, control), arr in self.per_sample.items():
-            want = (n_layers, n_test, T + 1, width.get(targets, -1))
+            want = (n_layer_axis, n_test, T + 1, width.get(targets, -1))
             _check_shape(where, f"/per_sample/{targets}/{probe}/{control}/error", arr, want)
         for (targets, kind), arr in self.observed.items():
-            want = (n_layers, T + 1, T + 1)
+            want = (n_layer_axis, T + 1, T + 1)
             if kind == "per_sample":
-                want = (n_layers, n_test, T + 1, T + 1)
+                want = (n_layer_axis, n_test, T + 1, T + 1)
             _check_shape(where, f"/observed/{targets}/{kind}", arr, want)
         if self.role_partners is not None:
             want = (n_test, len(self.role_names), T + 1)
@@ -295,15 +273,8 @@ def rows_sha256(rows: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(rows, dtype="<i8").tobytes()).hexdigest()
 
 
-def _plain(value: Any) -> Any:
-    """An HDF5 attribute value (numpy scalar, bytes) as plain Python."""
-    if isinstance(value, bytes):
-        return value.decode()
-    return value.item() if isinstance(value, np.generic) else value
-
-
 def _json_attr(f: h5py.File, p: Path, name: str, kind: type | None) -> Any:
-    text = _plain(f.attrs[name])
+    text = plain_attr(f.attrs[name])
     try:
         value = json.loads(text) if isinstance(text, str) else None
     except json.JSONDecodeError:
@@ -330,7 +301,7 @@ def _read_fields(f: h5py.File, p: Path) -> ProbeResults:
     missing += [f"/{d}" for d in ("split/test_index", "roles/names") if d not in f]
     if missing:
         raise ResultsFileError(f"{p}: missing {missing} (damaged file); re-run `infoprobe probe`")
-    sizes = {a: _plain(f.attrs[a]) for a in ("T", "d")}
+    sizes = {a: plain_attr(f.attrs[a]) for a in ("T", "d")}
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ResultsFileError(
@@ -351,13 +322,13 @@ def _read_fields(f: h5py.File, p: Path) -> ProbeResults:
             f"{p}: dataset /split/test_index is {test_index.dtype} {list(test_index.shape)}, "
             "expected int64 [sample] of cache rows >= 0"
         )
-    recorded = _plain(f.attrs.get("test_index_sha256"))
+    recorded = plain_attr(f.attrs.get("test_index_sha256"))
     if recorded is not None and recorded != rows_sha256(test_index):
         raise ResultsFileError(
             f"{p}: dataset /split/test_index does not match attribute 'test_index_sha256' (the "
             "rows the scores were computed on): the file was edited; re-run `infoprobe probe`"
         )
-    inputs = _plain(f.attrs.get("inputs_sha256"))
+    inputs = plain_attr(f.attrs.get("inputs_sha256"))
     if inputs is not None and not isinstance(inputs, str):
         raise ResultsFileError(f"{p}: attribute 'inputs_sha256' is {inputs!r}, expected hex text")
     names = [s.decode() if isinstance(s, bytes) else str(s) for s in f["roles/names"][()]]

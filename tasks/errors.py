@@ -1,7 +1,9 @@
 """The one exception class of the tasks pillar."""
 
+from infoprobe.base.errors import UserError
 
-class TaskError(ValueError):
+
+class TaskError(UserError):
     """A task name, parameter or input array is invalid.
 
     Messages name the task, the field, what was expected and what was given,

@@ -286,3 +286,38 @@ def test_json_differences_names_exactly_the_leaves_that_differ():
         assert {line.split(":")[0] for line in lines} == expected
         for line in json_differences(a, b, "key"):
             assert line.startswith("key.") and ": file has " in line and ", this run has " in line
+
+
+def test_one_header_helper_reads_attributes_and_refuses_with_the_right_class(tmp_path):
+    """hooks, probes and the hub share infoprobe.base.header: attribute values become plain
+    Python (arrays as lists), and a check names the file, field, expected and found value,
+    with a separate class for a newer schema where the caller asks for one."""
+    from infoprobe.base import header
+    from infoprobe.hooks import hdf5
+    from infoprobe.probes import results
+
+    assert hdf5.plain_attr is header.plain_attr and hdf5.check_format is header.check_format
+    assert results.plain_attr is header.plain_attr
+    assert header.plain_attr(np.array([b"a", b"b"], dtype=object)) == ["a", "b"]
+    assert header.plain_attr(np.array([[1, 2]])) == [[1, 2]]
+    assert header.plain_attr(np.int64(3)) == 3 and type(header.plain_attr(np.int64(3))) is int
+
+    class Foreign(ValueError): ...
+
+    class Newer(ValueError): ...
+
+    path = tmp_path / "x.h5"
+    with h5py.File(path, "w") as f:
+        header.write_attrs(f.attrs, header.make_header("infoprobe.x", 5, ["sample"]))
+    with h5py.File(path, "r") as f:
+        assert header.check_format(f, path, fmt="infoprobe.x", schema_version=5, what="an x",
+                                   not_ours=Foreign, newer=Newer) == 5  # fmt: skip
+        with pytest.raises(Foreign, match=r"x\.h5 is not an x: root attribute 'format' is"):
+            header.check_format(f, path, fmt="infoprobe.y", schema_version=5, what="an x",
+                                not_ours=Foreign, newer=Newer)  # fmt: skip
+        with pytest.raises(Newer, match=r"'schema_version' is 5, expected an integer in 1\.\.4"):
+            header.check_format(f, path, fmt="infoprobe.x", schema_version=4, what="an x",
+                                not_ours=Foreign, newer=Newer)  # fmt: skip
+        with pytest.raises(Foreign, match=r"is 5, expected an integer in 6\.\.7.*damaged"):
+            header.check_header(f.attrs, path, fmt="infoprobe.x", readable=range(6, 8),
+                                error=Foreign, newer=Newer, what="root attribute")  # fmt: skip

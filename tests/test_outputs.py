@@ -20,14 +20,11 @@ from infoprobe.base.atomic import (
     OutputBusyError,
     OutputExistsError,
     atomic_output,
-    figure_bytes,
-    mark_html,
-    mark_png,
-    output_format,
     refuse_existing,
     remove_stale_temps,
     temp_name,
 )
+from infoprobe.base.markers import figure_bytes, mark_html, mark_png, output_format
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -86,8 +86,9 @@ def test_relative_imports_are_resolved(tmp_path):
     }
 
 
-BASE = {"infoprobe.base.atomic"}
-"""The base of file helpers (temporary names, output locks) the pillars may import."""
+BASE = {"infoprobe.base.atomic", "infoprobe.base.errors", "infoprobe.base.header"}
+"""The base the pillars may import: temporary names and output locks (atomic), the user-
+error base (errors), the file header (header)."""
 
 
 @pytest.mark.parametrize("pillar", PILLARS)
@@ -103,6 +104,19 @@ def test_pillars_are_leaves(pillar):
             if module.split(".")[0] == "infoprobe" and module not in BASE:
                 own = f"infoprobe.{pillar}"
                 assert module == own or module.startswith(own + "."), f"{path} imports {module}"
+
+
+def test_base_imports_nothing_of_infoprobe_but_base():
+    """``infoprobe.base`` is below the pillars: it imports only itself (and
+    ``infoprobe.__version__``), never a pillar or a room of the hub."""
+    files = list((ROOT / "infoprobe" / "base").glob("*.py"))
+    assert files
+    for path in files:
+        for module in imported_modules(path, "infoprobe.base"):
+            if module.split(".")[0] == "infoprobe":
+                assert module == "infoprobe" or module.startswith("infoprobe.base."), (
+                    f"{path} imports {module}"
+                )
 
 
 def test_the_leaf_guard_catches_a_relative_import_of_the_hub(tmp_path):

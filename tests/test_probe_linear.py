@@ -101,5 +101,5 @@ def test_results_reader_refuses_foreign_files(tmp_path):
     res.write(tmp_path / "new.h5")
     with h5py.File(tmp_path / "new.h5", "a") as f:
         f.attrs["schema_version"] = 99
-    with pytest.raises(ResultsFileError, match="got 99"):
+    with pytest.raises(ResultsFileError, match="is 99"):
         ProbeResults.read(tmp_path / "new.h5")

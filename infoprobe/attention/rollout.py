@@ -25,12 +25,14 @@ from typing import Any, Literal
 import numpy as np
 from einops import reduce
 
+from infoprobe.base.errors import UserError
+
 HeadFusion = Literal["mean", "max", "min"]
 HEAD_FUSIONS: tuple[str, ...] = ("mean", "max", "min")
 ROW_SUM_TOLERANCE = 1e-3
 
 
-class RolloutError(ValueError):
+class RolloutError(UserError):
     """Attention patterns or rollout parameters that cannot be rolled out."""
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from scipy.special import xlogy
 
+from infoprobe.base.errors import UserError
+
 # ---- mode rules (fixed a priori; docs/heads.md justifies each cut) -------------------
 GLOBAL_MIN_ENTROPY = 0.9
 """Normalised entropy at or above which rows count as near-uniform: global aggregation.
@@ -41,7 +43,7 @@ STAT_CHUNK = 512  # samples per chunk in the statistics (bounds temporaries)
 ROW_SUM_TOLERANCE = 1e-3  # softmax rows in float32 sum to 1 within ~1e-6
 
 
-class HeadsError(ValueError):
+class HeadsError(UserError):
     """Bad input to the observed-program analysis (patterns, inputs or program)."""
 
 

@@ -1,13 +1,10 @@
 """Write outputs under a temporary name and rename, so a crash never leaves a half output.
 
 ``--overwrite`` only ever replaces an output of the same kind that infoprobe wrote: every
-output carries a format marker (the ``format`` field of the header of docs/conventions.md:
-a JSON file's or a folder's ``summary.json`` / ``checkpoint.json`` / ``run.json`` field,
-an HDF5 file's root attribute; predicted-sets files of schema 1 had ``schema`` instead;
-a PNG figure's ``infoprobe-format`` text chunk and an HTML page's
-``<meta name="infoprobe-format">`` tag, see :func:`mark_png` and :func:`mark_html`), and
-a path whose marker is missing or of another kind is refused, never deleted. An output
-that exists is refused without ``overwrite``.
+output carries a format marker (its header's ``format``, or the marker of a figure or page;
+``infoprobe.base.markers`` writes and reads them), and a path whose marker is missing or of
+another kind is refused, never deleted. An output that exists is refused without
+``overwrite``.
 
 Every writer of an output ``NAME`` holds an exclusive ``flock`` on ``NAME.infoprobe-lock``
 beside it while it writes (:func:`output_lock`; the file holds the writer's pid and is
@@ -30,17 +27,15 @@ import fcntl
 import functools
 import hashlib
 import inspect
-import io
-import json
 import os
-import re
 import shutil
-import struct
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+
+from infoprobe.base.errors import UserError
+from infoprobe.base.markers import output_format
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,11 +45,7 @@ __all__ = [
     "OutputPathError",
     "atomic_output",
     "check_writable",
-    "figure_bytes",
     "locked_output",
-    "mark_html",
-    "mark_png",
-    "output_format",
     "output_lock",
     "refuse_existing",
     "remove_stale_temps",
@@ -217,136 +208,12 @@ def _acquire(lock: Path, path: Path) -> int:
         os.close(fd)
 
 
-FOLDER_MANIFESTS = ("summary.json", "checkpoint.json", "run.json")
-"""Files whose ``format`` field names the kind of an infoprobe output folder."""
-
-
 class OutputExistsError(FileExistsError):
     """The output path exists and overwriting was not asked for (or it is not ours)."""
 
 
-class OutputPathError(ValueError):
+class OutputPathError(UserError):
     """The output path cannot be written (under a file, in a read-only folder)."""
-
-
-def _json_format(path: Path) -> str | None:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    found = value.get("format") if isinstance(value, dict) else None
-    return found if isinstance(found, str) else None
-
-
-MARKER = "infoprobe-format"
-"""Key of the format marker of a PNG (text chunk) or HTML page (meta tag)."""
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_HTML_MARKER = re.compile(rb'<meta name="infoprobe-format" content="([^"<>]*)">')
-
-
-def mark_png(png: bytes, kind: str) -> bytes:
-    """``png`` with a ``tEXt`` chunk ``infoprobe-format`` = ``kind`` right after its header
-    chunk (``IHDR``), the format marker :func:`output_format` reads."""
-    if not png.startswith(PNG_SIGNATURE):
-        raise ValueError(f"mark_png: expected PNG bytes, got {png[:8]!r}")
-    (length,) = struct.unpack(">I", png[8:12])
-    end = 8 + 12 + length  # signature, then IHDR: length, type, data, CRC
-    body = b"tEXt" + MARKER.encode() + b"\0" + kind.encode("latin-1")
-    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
-    return png[:end] + chunk + png[end:]
-
-
-def _png_format(path: Path) -> str | None:
-    data = path.read_bytes()
-    at = len(PNG_SIGNATURE)
-    while at + 8 <= len(data):
-        (length,) = struct.unpack(">I", data[at : at + 4])
-        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
-        if kind == b"IDAT":
-            return None  # the marker sits before the image data
-        if kind == b"tEXt" and body.startswith(MARKER.encode() + b"\0"):
-            return body[len(MARKER) + 1 :].decode("latin-1")
-        at += 12 + length
-    return None
-
-
-def mark_html(page: str, kind: str) -> str:
-    """``page`` with ``<meta name="infoprobe-format" content="KIND">`` right after its
-    ``<head>`` tag (at its start if it has none), the marker :func:`output_format` reads."""
-    if not re.fullmatch(r"[\w.-]+", kind):
-        raise ValueError(f"mark_html: kind must be letters, digits, '.', '-', got {kind!r}")
-    tag = f'<meta name="{MARKER}" content="{kind}">'
-    head = re.search(r"<head(\s[^>]*)?>", page, re.IGNORECASE)
-    at = head.end() if head else 0
-    return page[:at] + tag + page[at:]
-
-
-FIGURE_METADATA = {"pdf": "Subject", "svg": "Description"}
-"""Figure formats other than PNG that carry the marker, and the metadata field holding
-``infoprobe-format=KIND``; a figure of any other format carries none, so an existing one
-is never replaced."""
-_TEXT_MARKER = re.compile(rb"infoprobe-format=([\w.-]+)")
-
-
-def figure_bytes(fig: Any, fmt: str, kind: str, dpi: int = 110) -> bytes:
-    """A matplotlib figure saved in format ``fmt`` (``png``, ``pdf``, ...) carrying the
-    format marker ``kind``: a PNG's text chunk (:func:`mark_png`), a PDF's ``Subject`` or
-    an SVG's ``Description`` ``infoprobe-format=KIND``."""
-    field_name = FIGURE_METADATA.get(fmt)
-    metadata = {field_name: f"{MARKER}={kind}"} if field_name else None
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
-    data = buffer.getvalue()
-    return mark_png(data, kind) if fmt == "png" else data
-
-
-def _text_format(path: Path) -> str | None:
-    """The ``infoprobe-format=KIND`` marker within the first or last 64 KiB of a file."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(1 << 16)
-        f.seek(max(0, size - (1 << 16)))
-        tail = f.read()
-    found = _TEXT_MARKER.search(head) or _TEXT_MARKER.search(tail)
-    return found.group(1).decode() if found else None
-
-
-def _html_format(head: bytes) -> str | None:
-    found = _HTML_MARKER.search(head)
-    return found.group(1).decode() if found else None
-
-
-def output_format(path: Path) -> str | None:
-    """The format marker of an infoprobe output at ``path``, or None if it has none."""
-    path = Path(path)
-    if path.is_dir():
-        for name in FOLDER_MANIFESTS:
-            if (path / name).is_file():
-                return _json_format(path / name)
-        return None
-    if not path.is_file():
-        return None
-    from infoprobe.hooks.hdf5 import is_hdf5_file, plain_attr
-
-    try:
-        with path.open("rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return None
-    if head.startswith(PNG_SIGNATURE):
-        return _png_format(path)
-    if head.lstrip()[:1] == b"<":  # HTML, or SVG
-        return _html_format(head) or _text_format(path)
-    if not is_hdf5_file(path):
-        return _json_format(path) or _text_format(path)
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as f:
-            found = plain_attr(f.attrs.get("format", f.attrs.get("schema")))
-    except OSError:
-        return None
-    return found if isinstance(found, str) else None
 
 
 def check_writable(path: Path, what: str = "output") -> None:

@@ -11,9 +11,10 @@ whenever the layout changes), ``created`` (when the file was written, ISO 8601 U
 read dimension scales instead and name the axes ``phony_dim_*`` (docs/conventions.md
 gives the one line that names them from the labels).
 
-This module is the hub's one header helper. The leaves cannot import the hub, so
-``infoprobe.hooks`` (hooks/hdf5.py) and ``infoprobe.probes`` (probes/results.py) keep a
-small copy of their own that writes the same fields.
+This module is infoprobe's one header helper: the hub and the pillars (``infoprobe.hooks``,
+``infoprobe.probes``, which may import ``infoprobe.base``) write, read and check headers
+with it, so every file fails the same way: an error naming the file, the field, the
+expected and the found value. It imports nothing of infoprobe but ``__version__``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import time
 from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from infoprobe import __version__
 
@@ -98,49 +101,92 @@ def check_header(
     fmt: str,
     readable: range,
     error: type[Exception],
+    newer: type[Exception] | None = None,
     legacy_version: str | None = None,
     unversioned: int | None = None,
     what: str = "field",
+    kind: str | None = None,
 ) -> int:
     """Check a file's ``format`` and ``schema_version``; return the version.
 
     Args:
-        found: the file's top-level fields (JSON) or root attributes (HDF5, plain Python).
+        found: the file's top-level fields (JSON) or root attributes (HDF5: ``f.attrs``;
+            values are read with :func:`plain_attr`).
         where: the file, named in the error.
         fmt: the expected ``format``.
         readable: the schema versions this infoprobe reads (e.g. ``range(1, 3)``).
         error: the exception class to raise.
+        newer: the exception class for a version newer than this infoprobe reads
+            (default ``error``).
         legacy_version: the field an older schema kept its version in (``format_version``),
             read when ``schema_version`` is absent.
         unversioned: the version of a file with neither field (files that had no version).
         what: ``"field"`` (JSON) or ``"root attribute"`` (HDF5), for the message.
+        kind: what the file should be (``"an influence file"``): a wrong ``format`` then
+            reads ``FILE is not KIND: ...``.
 
-    Raises ``error`` naming the file, the field, the expected and the found value.
+    Raises ``error`` (or ``newer``) naming the file, the field, the expected and the found
+    value; the version must be an integer in ``readable``.
     """
-    found_format = _plain(found.get("format"))
+    found_format = plain_attr(found.get("format"))
     if found_format != fmt:
-        raise error(f"{where}: {what} 'format' is {found_format!r}, expected {fmt!r}")
+        prefix = f"{where} is not {kind}:" if kind else f"{where}:"
+        raise error(f"{prefix} {what} 'format' is {found_format!r}, expected {fmt!r}")
     field = "schema_version"
     if field not in found and legacy_version is not None and legacy_version in found:
         field = legacy_version
-    version = _plain(found.get(field, unversioned))
+    version = plain_attr(found.get(field, unversioned))
     is_int = isinstance(version, int) and not isinstance(version, bool)
     if not is_int or version not in readable:
         newest = readable[-1]
-        newer = is_int and version > newest
-        hint = "upgrade infoprobe to read it" if newer else "the file is damaged or foreign"
-        raise error(
+        is_newer = is_int and version > newest
+        hint = "upgrade infoprobe to read it" if is_newer else "the file is damaged or foreign"
+        refusal = (newer or error) if is_newer else error
+        raise refusal(
             f"{where}: {what} {field!r} is {version!r}, expected an integer in "
             f"{readable[0]}..{newest} (this infoprobe writes {newest}); {hint}"
         )
     return version
 
 
-def _plain(value: Any) -> Any:
-    """An HDF5 attribute value (numpy scalar, bytes) as plain Python."""
+def check_format(
+    f: Any,
+    path: str | os.PathLike,
+    *,
+    fmt: str,
+    schema_version: int,
+    what: str,
+    not_ours: type[Exception],
+    newer: type[Exception],
+    oldest: int = 1,
+) -> int:
+    """:func:`check_header` for an open HDF5 file ``f`` that should be ``what`` ("an
+    influence file"), reading schema versions ``oldest..schema_version``: ``not_ours`` for
+    another ``format`` or a version that is not such an integer, ``newer`` for a newer one."""
+    return check_header(
+        f.attrs, path, fmt=fmt, readable=range(oldest, schema_version + 1), error=not_ours,
+        newer=newer, what="root attribute", kind=what,
+    )  # fmt: skip
+
+
+def plain_attr(value: Any) -> Any:
+    """An HDF5 attribute value as plain Python (str, int, float, bool, lists of those):
+    bytes decoded, numpy scalars unwrapped, arrays as (nested) lists."""
     if isinstance(value, bytes):
         return value.decode()
-    return value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value
+    if isinstance(value, np.ndarray):
+        return [plain_attr(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def is_hdf5_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a non-empty regular file with an HDF5 signature."""
+    import h5py  # here, so JSON-only users of this module do not load HDF5
+
+    path = Path(path)
+    return path.is_file() and path.stat().st_size > 0 and h5py.is_hdf5(path)
 
 
 def write_attrs(attrs: MutableMapping[str, Any], header: Mapping[str, Any]) -> None:
@@ -173,7 +219,7 @@ def json_field(
     Returns the parsed value; raises ``error`` naming the file, the field, what was
     expected and what was found (not JSON, or JSON of another type).
     """
-    text = _plain(raw)
+    text = plain_attr(raw)
     kinds = expected if isinstance(expected, tuple) else (expected,)
     words = {dict: "a JSON object", list: "a JSON list"}
     names = " or ".join(words.get(k, k.__name__) for k in kinds)

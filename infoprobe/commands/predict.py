@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from infoprobe.attention.orientation import recorded_orientation
-from infoprobe.base.atomic import atomic_output, check_writable, figure_bytes, refuse_existing
+from infoprobe.base.atomic import atomic_output, check_writable, refuse_existing
 from infoprobe.base.errors import UsageError
+from infoprobe.base.markers import figure_bytes
 from infoprobe.commands.argtypes import figure_file, positive_int, positive_int_list, seed
 from infoprobe.commands.modelargs import (
     MODEL_OPTIONS,
@@ -179,7 +180,7 @@ def register(subparsers) -> None:
 
 
 GRID_FIGURE_FORMAT = "infoprobe.predict-grid-figure"
-"""Format marker of a ``--plot`` figure (infoprobe.base.atomic.figure_bytes): ``--overwrite``
+"""Format marker of a ``--plot`` figure (infoprobe.base.markers.figure_bytes): ``--overwrite``
 replaces only a figure carrying it."""
 
 

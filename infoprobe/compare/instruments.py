@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from infoprobe.base.errors import UserError
 from infoprobe.compare.observations import Observations
 
 ScoreKind = Literal["r2", "selectivity"]
@@ -43,7 +44,7 @@ BASELINE_FLOOR = 1e-12
 """Smallest per-sample baseline (a sample exactly at the mean would divide by zero)."""
 
 
-class InstrumentError(ValueError):
+class InstrumentError(UserError):
     """An instrument's results lack what the comparison needs."""
 
 

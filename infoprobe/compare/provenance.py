@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from infoprobe.base.errors import UserError
 from infoprobe.base.jsonable import jsonable
 
 PROVENANCE_REQUIRED = ("task", "data_seed", "n")
@@ -20,7 +21,7 @@ PROVENANCE_NONE_BY_DEFAULT = ("random_init_seed",)
 """Provenance fields whose absence means None (trained weights): always compared."""
 
 
-class ProvenanceError(ValueError):
+class ProvenanceError(UserError):
     """Predicted and observed sets do not come from the same data, model or task."""
 
 

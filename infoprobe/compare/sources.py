@@ -22,7 +22,7 @@ import numpy as np
 
 from infoprobe.attention.program import ObservedProgram, observed_program
 from infoprobe.attention.rollout import Rollout, RolloutConfig, predict_rollout
-from infoprobe.base.errors import UsageError
+from infoprobe.base.errors import UsageError, UserError
 from infoprobe.checkpoint import read_checkpoint_meta
 from infoprobe.compare import instruments
 from infoprobe.compare.core import SetComparison, compare
@@ -38,7 +38,7 @@ from infoprobe.probes.results import ProbeResults
 from infoprobe.tasks import task_from_dict
 
 
-class SourceError(ValueError):
+class SourceError(UserError):
     """A pipeline file lacks what the comparison or report needs."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from infoprobe.base.errors import UserError
 
-class InfluenceError(ValueError):
+
+class InfluenceError(UserError):
     """Bad input to the flow instrument; the message names the file or field, expected, actual."""
 
 

@@ -3,7 +3,7 @@
 Layout (docs/influence.md is the contract): the header of docs/conventions.md (root
 attributes ``format`` = ``"infoprobe.influence"``, ``schema_version``, ``created``,
 ``infoprobe_version``, ``axes``), ``settings`` and ``provenance`` (JSON), ``T``, ``n``,
-``n_layers`` (L+1),
+``n_layers`` (L+1, the layer-axis length; ``n_layer_axis`` in code),
 ``n_committed``, ``complete``, ``input_scale``, ``hook_names`` (JSON list); datasets
 ``/scores`` float32 [L+1, n, T+1, T], ``/state_variance`` float64 [L+1, T+1],
 ``/sample_index`` int64 [n] and ``/aggregate`` float64 [L+1, T+1, T], each with an ``axes``
@@ -35,8 +35,17 @@ import torch
 from transformer_lens import HookedRootModule
 
 from infoprobe.base.atomic import OutputExistsError, atomic_output, locked_output
-from infoprobe.base.header import axes_of, json_field, label_axes, make_header, write_attrs
-from infoprobe.hooks.hdf5 import check_format, is_hdf5_file, json_differences, open_hdf5, plain_attr
+from infoprobe.base.header import (
+    axes_of,
+    check_format,
+    is_hdf5_file,
+    json_field,
+    label_axes,
+    make_header,
+    plain_attr,
+    write_attrs,
+)
+from infoprobe.hooks.hdf5 import json_differences, open_hdf5
 from infoprobe.hooks.schema import chunk_rows
 from infoprobe.influence.errors import (
     IncompleteInfluenceError,
@@ -200,8 +209,8 @@ class InfluenceFile:
         return int(self.header["n_committed"])
 
     @property
-    def n_layers(self) -> int:
-        """L+1."""
+    def n_layer_axis(self) -> int:
+        """L+1, the length of the layer axis (root attribute ``n_layers`` on disk)."""
         return int(self.header["n_layers"])
 
     @property
@@ -266,7 +275,7 @@ def _attrs(plan: FlowPlan, provenance: Mapping[str, Any]) -> dict[str, Any]:
         "provenance": _json(dict(provenance)),
         "T": plan.T,
         "n": plan.n,
-        "n_layers": plan.n_layers,
+        "n_layers": plan.n_layer_axis,  # on-disk name; the value is L+1
         "n_committed": 0,
         "complete": False,
         "input_scale": plan.input_scale,
@@ -283,7 +292,7 @@ def _allocated_early() -> h5py.h5p.PropDCID:
 
 def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: np.ndarray) -> None:
     """Create the whole file (datasets allocated, cursor 0) under a temp name, then rename."""
-    row = plan.n_layers * (plan.T + 1) * plan.T * 4
+    row = plan.n_layer_axis * (plan.T + 1) * plan.T * 4
     rows = chunk_rows(row, plan.block_size, plan.n)
     with atomic_output(path, overwrite=True, what="influence file", kind=FORMAT) as tmp:
         with h5py.File(tmp, "w") as f:
@@ -292,7 +301,7 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
                 SCORES,
                 shape=plan.score_shape,
                 dtype="float32",
-                chunks=(plan.n_layers, rows, plan.T + 1, plan.T),
+                chunks=(plan.n_layer_axis, rows, plan.T + 1, plan.T),
                 dcpl=_allocated_early(),
                 fill_time="never",
                 track_times=False,
@@ -304,7 +313,7 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
             label_axes(index, DATASET_AXES[SAMPLE_INDEX])
             agg = f.create_dataset(
                 AGGREGATE,
-                shape=(plan.n_layers, plan.T + 1, plan.T),
+                shape=(plan.n_layer_axis, plan.T + 1, plan.T),
                 dtype="float64",
                 fillvalue=np.nan,
                 dcpl=_allocated_early(),
@@ -316,8 +325,8 @@ def _create(path: Path, plan: FlowPlan, attrs: Mapping[str, Any], sample_index: 
 
 def file_bytes(plan: FlowPlan) -> int:
     """Bytes of the datasets of an influence file of ``plan`` (its metadata is not counted)."""
-    cells = plan.n_layers * (plan.T + 1) * plan.T
-    return plan.n * cells * 4 + cells * 8 + plan.n_layers * (plan.T + 1) * 8 + plan.n * 8
+    cells = plan.n_layer_axis * (plan.T + 1) * plan.T
+    return plan.n * cells * 4 + cells * 8 + plan.n_layer_axis * (plan.T + 1) * 8 + plan.n * 8
 
 
 def check_disk(path: Path, plan: FlowPlan) -> None:
@@ -440,7 +449,7 @@ def _check_variance(path: Path, f: h5py.File, plan: FlowPlan) -> FlowPlan:
 
 def _finish(f: h5py.File, plan: FlowPlan) -> None:
     """Aggregate from the stored scores (block by block, float64), then mark complete."""
-    total = np.zeros((plan.n_layers, plan.T + 1, plan.T), dtype=np.float64)
+    total = np.zeros((plan.n_layer_axis, plan.T + 1, plan.T), dtype=np.float64)
     for block in range(plan.n_sample_blocks):
         start, stop = plan.block_range(block)
         total += f[SCORES][:, start:stop].astype(np.float64).sum(axis=1)

@@ -1,7 +1,9 @@
 """Exceptions of the InfoFlow engine (all ValueErrors a caller may catch)."""
 
+from infoprobe.base.errors import UserError
 
-class InfoFlowError(ValueError):
+
+class InfoFlowError(UserError):
     """Base class: bad input to the engine (architecture, program, inputs, files)."""
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from infoprobe.base.atomic import atomic_output, mark_html, refuse_existing
+from infoprobe.base.atomic import atomic_output, refuse_existing
+from infoprobe.base.markers import mark_html
 from infoprobe.model import ModelConfig
 from infoprobe.pipeline.run import run_pipeline
 from infoprobe.pipeline.settings import RunSettings
@@ -93,7 +94,7 @@ def _one_model(args: tuple[str, tuple[int, int], DemoConfig, Path, bool, int]) -
 
 INDEX_FORMAT = "infoprobe.demo-index"
 """Format marker of the demo's index.html (its ``infoprobe-format`` meta tag): a re-run
-replaces only an index.html carrying it (infoprobe.base.atomic)."""
+replaces only an index.html carrying it (infoprobe.base.markers)."""
 
 
 def run_demo(

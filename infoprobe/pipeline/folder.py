@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from infoprobe.base.atomic import atomic_output, refuse_existing
+from infoprobe.base.errors import UserError
 from infoprobe.base.header import check_header, make_header, read_json_object, with_header
 from infoprobe.base.jsonable import json_sha256
 from infoprobe.hooks.hdf5 import json_differences
@@ -33,7 +34,7 @@ header of docs/conventions.md. run.json of schema 1 and 2 is still read (the ide
 recorded at the next run), and rewritten with the new header at the next stage."""
 
 
-class RunFolderError(ValueError):
+class RunFolderError(UserError):
     """A run folder holds outputs made with other settings."""
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infoprobe.base.atomic import temp_name
+from infoprobe.base.errors import UserError
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_FLAGS = (
@@ -44,7 +45,7 @@ WINDOW_WIDTH = 1280
 MAX_HEIGHT = 16000
 
 
-class BrowserCheckError(ValueError):
+class BrowserCheckError(UserError):
     """The report did not load, or an image did not render, in the browser."""
 
 

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from infoprobe import __version__
 from infoprobe.attention.orientation import recorded_orientation
 from infoprobe.base.atomic import atomic_output
+from infoprobe.base.errors import UserError
 from infoprobe.base.header import make_header
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.agreement import TauSweep
@@ -45,7 +46,7 @@ AXES = ("layer", "token", "position", "tau")
 [layer, token, position], threshold sweeps)."""
 
 
-class ReportInputError(ValueError):
+class ReportInputError(UserError):
     """Report inputs that do not fit together (shapes, sample indices, missing parts)."""
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
+from infoprobe.base.errors import UserError
 from infoprobe.base.jsonable import json_sha256
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
@@ -22,7 +23,7 @@ from infoprobe.train.config import TrainConfig
 from infoprobe.train.ensemble import SHARED_FIELDS, shape_of
 
 
-class ReproduceError(ValueError):
+class ReproduceError(UserError):
     """A claim, profile, grid point or run record that does not fit (names the fix)."""
 
 

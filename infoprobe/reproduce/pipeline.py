@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from infoprobe.base.atomic import atomic_output, mark_png, refuse_existing
+from infoprobe.base.atomic import atomic_output, refuse_existing
+from infoprobe.base.markers import mark_png
 from infoprobe.report.build import render_png
 from infoprobe.reproduce.backends import (
     BackendError,

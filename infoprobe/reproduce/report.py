@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from infoprobe.base.atomic import mark_html
+from infoprobe.base.markers import mark_html
 from infoprobe.compare.core import CAVEAT
 from infoprobe.report.html import RENDER_CHECK, STYLE, figure_html
 from infoprobe.reproduce.results import rate_notes, rates_text, table_rows

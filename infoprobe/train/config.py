@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from infoprobe.base.errors import UserError
 from infoprobe.model import MAX_SEED, InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import Task
 
@@ -19,7 +20,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 """``TrainConfig.dtype`` names and the torch dtypes they select."""
 
 
-class TrainingError(ValueError):
+class TrainingError(UserError):
     """A training configuration field has an invalid value."""
 
 
