@@ -57,7 +57,7 @@ class FlowPlan:
     state_variance: np.ndarray = field(repr=False)
 
     @property
-    def n_layers(self) -> int:
+    def n_layer_axis(self) -> int:
         """L+1, the length of the layer axis."""
         return len(self.hook_names)
 
@@ -77,7 +77,7 @@ class FlowPlan:
     @property
     def score_shape(self) -> tuple[int, int, int, int]:
         """[L+1, n, T+1, T]."""
-        return (self.n_layers, self.n, self.T + 1, self.T)
+        return (self.n_layer_axis, self.n, self.T + 1, self.T)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ class InfluenceResult:
     hook_names: tuple[str, ...]
 
     @property
-    def n_layers(self) -> int:
+    def n_layer_axis(self) -> int:
+        """L+1, the length of the layer axis."""
         return self.scores.shape[0]
 
     @property

@@ -501,7 +501,7 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
     control; where the primary instrument's violations come from; what the fixed
     per-sample thresholds pass; InfoFlow's verdict and exponent; the headline in words."""
     controls = {c: name for name, obs in inputs.instruments().items() if (c := obs.control_of)}
-    n_layers = inputs.predicted.shape[0]
+    n_layer_axis = inputs.predicted.shape[0]
     layers = answer_layers(inputs)
     instruments: dict[str, Any] = {}
     for name, by_predictor in inputs.comparisons.items():
@@ -510,7 +510,7 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
             continue
         control = inputs.comparisons.get(controls.get(name, ""), {}).get("infoflow")
         check = answer.threshold_check(obs, inputs.predicted)
-        by_layer = range(n_layers)
+        by_layer = range(n_layer_axis)
         probe = inputs.probe if name == "decodability" else None
         entry: dict[str, Any] = {
             "label": figures.instrument_label(name, probe),

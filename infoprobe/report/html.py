@@ -191,13 +191,13 @@ def layer_table(
     summary: Mapping[str, Any],
     prefix: str,
     columns: Sequence[tuple[str, str, CellKind]],
-    n_layers: int,
+    n_layer_axis: int,
 ) -> str:
-    """Rows = layers 0..n_layers-1; columns whose data is absent are left out."""
+    """Rows = layers 0..n_layer_axis-1 (L+1 rows); columns whose data is absent are left out."""
     part = _lookup(summary, prefix)
     shown = [c for c in columns if _available(part, c[1])]
     rows = []
-    for layer in range(n_layers):
+    for layer in range(n_layer_axis):
         cells = [f'<td class="num">{layer}</td>']
         for label, path, kind in shown:
             key = f"{prefix}/{path}/{layer}"
@@ -220,9 +220,9 @@ def predictor_table(summary: Mapping[str, Any], instrument: str) -> str:
     )
     names = list(comparisons)
     header = ["layer"] + [f"{m} · {display_name(n)}" for m, _, _ in metrics for n in names]
-    n_layers = next(iter(comparisons.values()))["shape"]["layers"]
+    n_layer_axis = next(iter(comparisons.values()))["shape"]["layers"]
     rows = []
-    for layer in range(n_layers):
+    for layer in range(n_layer_axis):
         cells = [f'<td class="num">{layer}</td>']
         for _, path, kind in metrics:
             for name in names:
