@@ -22,8 +22,11 @@ from infoprobe.compare.observations import Observations
 from infoprobe.compare.verdicts import headline
 from infoprobe.report import build as report_build
 from infoprobe.report.browser_check import check_report, find_chromium
-from infoprobe.report.build import ReportInputError, ReportInputs, write_report
-from infoprobe.report.figures import decodability_grid, set_agreement_codes, training_curve
+from infoprobe.report.build import write_report
+from infoprobe.report.curves import training_curve
+from infoprobe.report.figures import decodability_grid
+from infoprobe.report.inputs import ReportInputError, ReportInputs
+from infoprobe.report.sample_figure import set_agreement_codes
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 T, N, HEADS = 5, 12, (2, 1)

@@ -25,8 +25,10 @@ from infoprobe.report.answer import (
     violation_lines,
     violation_sources,
 )
-from infoprobe.report.build import ReportInputs, build_figures, write_report
-from infoprobe.report.html import ROLLOUT_MEANING
+from infoprobe.report.build import write_report
+from infoprobe.report.figure_set import build_figures
+from infoprobe.report.inputs import ReportInputs
+from infoprobe.report.sections import ROLLOUT_MEANING
 
 
 def test_violation_sources_match_a_brute_force_count():

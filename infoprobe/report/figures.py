@@ -1,4 +1,8 @@
-"""Report figures. Every function returns a matplotlib ``Figure`` and never shows it.
+"""Report figures: the colours and names every figure shares, and the score grids (per
+layer, and one token's row across layers) with InfoFlow's sets overlaid. Every function
+returns a matplotlib ``Figure`` and never shows it; the per-sample view is in
+:mod:`infoprobe.report.sample_figure`, curves (ROC, threshold sweeps, training) in
+:mod:`infoprobe.report.curves`.
 
 Figures are built with ``matplotlib.figure.Figure`` directly (no pyplot state), so they
 are safe in threads and on headless machines; save them with ``fig.savefig``.
@@ -8,16 +12,13 @@ layer l (0 = embedding), as in docs/conventions.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
-
-from infoprobe.compare.agreement import TauSweep
 
 PREDICTED_EDGE = "white"
 VIOLATION_COLOR = "#e8112d"
@@ -64,11 +65,12 @@ def score_label(name: str, score_name: str, probe: str | None = None) -> str:
     return score_name
 
 
-def _token_labels(n_tokens: int) -> list[str]:
+def token_labels(n_tokens: int) -> list[str]:
+    """Tick labels of the token axis: "0".."T-1", then "CLS"."""
     return [*map(str, range(n_tokens - 1)), "CLS"]
 
 
-def _ticks(
+def axis_ticks(
     ax: Axes, n: int, axis: str, labels: Sequence[str] | None = None, most: int = 16
 ) -> None:
     """Tick every position when at most ``most``, else about 8 evenly spaced ticks."""
@@ -179,8 +181,8 @@ def decodability_grid(
         ax.set_title(f"layer {layer}" + (" (embedding)" if layer == 0 else ""))
         ax.set_xlabel("input position s")
         ax.set_ylabel("token t")
-        _ticks(ax, positions, "x")
-        _ticks(ax, tokens, "y", _token_labels(tokens))
+        axis_ticks(ax, positions, "x")
+        axis_ticks(ax, tokens, "y", token_labels(tokens))
     fig.colorbar(
         image, ax=axes, shrink=0.8, label=score_label(instrument, score_name, probe), extend="min"
     )
@@ -223,7 +225,7 @@ def cls_across_layers(
         aspect="auto",
     )
     _overlay_sets(ax, membership[:, token, :], None if observed is None else observed[:, token, :])
-    _ticks(ax, positions, "x")
+    axis_ticks(ax, positions, "x")
     ax.set_yticks(range(layers), [f"{layer}" for layer in range(layers)])
     ax.set_xlabel("input position s")
     ax.set_ylabel("layer l")
@@ -231,323 +233,4 @@ def cls_across_layers(
     ax.set_title(f"{instrument_label(instrument, probe)}: {name}'s {score_name} of x(s) by layer")
     fig.colorbar(image, ax=ax, label=score_label(instrument, score_name, probe), extend="min")
     _overlay_legend(fig, ncol=1)
-    return fig
-
-
-SET_VIEW_CMAP = ListedColormap(["#ffffff", AGREE_COLOR, OMISSION_COLOR, VIOLATION_COLOR])
-"""0 neither, 1 predicted and observed, 2 omission (predicted only), 3 violation."""
-
-
-def set_agreement_codes(predicted: np.ndarray, observed: np.ndarray) -> np.ndarray:
-    """Codes for :data:`SET_VIEW_CMAP`: bool [..., T] pairs → int [..., T] in {0, 1, 2, 3}."""
-    return np.select(
-        [predicted & observed, predicted & ~observed, ~predicted & observed], [1, 2, 3], 0
-    )
-
-
-def _set_panel(ax: Axes, image: np.ndarray, cmap: ListedColormap, vmax: int) -> None:
-    ax.imshow(image, cmap=cmap, vmin=0, vmax=vmax, interpolation="nearest", aspect="equal")
-    rows, cols = image.shape
-    ax.set_xticks(np.arange(-0.5, cols, 1), minor=True)
-    ax.set_yticks(np.arange(-0.5, rows, 1), minor=True)
-    ax.grid(which="minor", color="#d0d0d0", linewidth=0.4)
-    ax.tick_params(which="minor", length=0)
-
-
-def sample_view(
-    predicted: np.ndarray,
-    observed: np.ndarray | None = None,
-    patterns: Sequence[np.ndarray] = (),
-    *,
-    sample: int | None = None,
-    extra_sets: Mapping[str, np.ndarray] | None = None,
-    instrument: str = "flow",
-) -> Figure:
-    """Predicted vs observed sets of one sample, beside the attention pattern of each head.
-
-    predicted: bool [L+1, T+1, T+1] (layer, token, position) of this sample; observed:
-    bool [L+1, T+1, T] or None; patterns: per block b, float [h_b, T+1, T+1] (query, key),
-    drawn in the row of layer b+1 (the layer that block produces); extra_sets: other
-    predictors' sets of this sample, name → bool [L+1, T+1, T+1], drawn like ``predicted``;
-    instrument: the one that observed ``observed`` (named in the titles).
-    Rows: layers 0..L; x = position s, y = token t.
-    """
-    layers, tokens, _ = predicted.shape
-    positions = tokens - 1
-    set_columns: dict[str, np.ndarray] = {"predicted (InfoFlow)": predicted[..., :positions]}
-    for name, sets in (extra_sets or {}).items():
-        set_columns[f"predicted ({display_name(name)})"] = sets[..., :positions]
-    max_heads = max((p.shape[0] for p in patterns), default=0) if layers > 1 else 0
-    attention_image = None
-    ncols = len(set_columns) + (observed is not None) + max_heads
-    panel = min(1.0 + 0.17 * tokens, MAX_FIGURE_WIDTH / ncols)
-    fig = Figure(figsize=(ncols * panel + 0.8, layers * panel + 1.0), layout="constrained")
-    axes = fig.subplots(layers, ncols, squeeze=False)
-    for layer in range(layers):
-        col = _draw_set_row(axes[layer], layer, set_columns, predicted, observed, instrument)
-        block = layer - 1
-        for head in range(max_heads):
-            image = _draw_head(axes[layer, col + head], patterns, block, head, tokens)
-            attention_image = image or attention_image
-    for ax in axes[-1, :]:
-        if ax.axison:
-            ax.set_xlabel("position s (key)")
-    if max_heads:
-        fig.colorbar(
-            attention_image, ax=axes[1:, -max_heads:], shrink=0.7, label="attention weight"
-        )
-    _set_view_legend(fig, ncols)
-    title = "one sample" if sample is None else f"sample {sample}"
-    seen = "" if observed is None else f", observed by {instrument_label(instrument)}"
-    fig.suptitle(
-        f"{title}: InfoFlow's predicted sets{seen}, per layer; attention patterns "
-        "(rows = query token, columns = key)"
-    )
-    return fig
-
-
-def _draw_set_row(
-    row: np.ndarray,
-    layer: int,
-    set_columns: Mapping[str, np.ndarray],
-    predicted: np.ndarray,
-    observed: np.ndarray | None,
-    instrument: str = "flow",
-) -> int:
-    """One layer's set panels (each predictor, then observed vs InfoFlow) in the axes
-    ``row``; returns the number of columns drawn."""
-    tokens = predicted.shape[1]
-    positions = tokens - 1
-    col = 0
-    for name, sets in set_columns.items():
-        ax = row[col]
-        _set_panel(ax, sets[layer].astype(int), ListedColormap(["#ffffff", PREDICTED_COLOR]), 1)
-        ax.set_title(name, fontsize=9)
-        col += 1
-    if observed is not None:
-        ax = row[col]
-        codes = set_agreement_codes(predicted[layer, :, :positions], observed[layer])
-        _set_panel(ax, codes, SET_VIEW_CMAP, 3)
-        ax.set_title(f"{instrument} vs InfoFlow", fontsize=9)
-        col += 1
-    labels = _token_labels(tokens)
-    for ax in row[:col]:
-        _ticks(ax, positions, "x", most=8)
-        _ticks(ax, tokens, "y", labels, most=8)
-    row[0].set_ylabel(f"layer {layer}\ntoken t")
-    return col
-
-
-def _draw_head(ax: Axes, patterns: Sequence[np.ndarray], block: int, head: int, tokens: int):
-    """Head ``head`` of block ``block``'s pattern [T+1, T+1] in ``ax`` (axis off where
-    there is none); returns the image, or None."""
-    if block < 0 or head >= patterns[block].shape[0]:
-        ax.set_axis_off()
-        return None
-    image = ax.imshow(
-        patterns[block][head], cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest",
-        aspect="equal",
-    )  # fmt: skip
-    ax.set_title(f"block {block} head {head}", fontsize=9)
-    labels = _token_labels(tokens)
-    _ticks(ax, tokens, "x", labels, most=8)
-    _ticks(ax, tokens, "y", labels, most=8)
-    return image
-
-
-def _set_view_legend(fig: Figure, ncols: int) -> None:
-    handles = [
-        Patch(color=PREDICTED_COLOR, label="predicted"),
-        Patch(color=AGREE_COLOR, label="predicted and observed"),
-        Patch(color=OMISSION_COLOR, label="omission: predicted, not observed"),
-        Patch(color=VIOLATION_COLOR, label="violation: observed, not predicted"),
-    ]
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncol=4 if ncols >= 4 else 2,
-        frameon=False,
-        fontsize=9,
-    )
-
-
-SWEEP_METRICS = (
-    ("precision", "precision (observed that are predicted)"),
-    ("recall", "recall (predicted that are observed)"),
-    ("violation_rate", "violation rate (non-predicted observed)"),
-)
-
-
-def tau_sweep_figure(
-    sweeps: Mapping[str, TauSweep],
-    *,
-    value_name: str = "τ",
-    instrument: str = "flow",
-    score_name: str = "score",
-    probe: str | None = None,
-) -> Figure:
-    """Precision, recall and violation rate against τ, one line per (predictor, layer).
-
-    sweeps: predictor name → :class:`~infoprobe.compare.agreement.TauSweep` (agreement [k, L+1]).
-    Colour = layer, line style = predictor; the dashed vertical line marks the fixed τ.
-    instrument, score_name: what was thresholded (named in the title).
-    """
-    fig = Figure(figsize=(13.0, 4.0), layout="constrained")
-    axes = fig.subplots(1, len(SWEEP_METRICS), sharex=True)
-    styles = ("-", "--", ":", "-.")
-    colors = [f"C{i}" for i in range(10)]
-    handles = []
-    for p_index, (name, sweep) in enumerate(sweeps.items()):
-        style = styles[p_index % len(styles)]
-        for layer in range(sweep.agreement.agree.shape[1]):
-            for ax, (metric, _) in zip(axes, SWEEP_METRICS, strict=True):
-                ax.plot(
-                    sweep.taus,
-                    getattr(sweep.agreement, metric)[:, layer],
-                    style,
-                    color=colors[layer % 10],
-                    linewidth=1.6,
-                )
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    linestyle=style,
-                    color=colors[layer % 10],
-                    label=f"{display_name(name)}, layer {layer}",
-                )
-            )
-        if sweep.fixed_tau is not None:
-            for ax in axes:
-                ax.axvline(sweep.fixed_tau, color="black", linestyle=(0, (4, 3)), linewidth=1)
-    first = next(iter(sweeps.values()))
-    for ax, (_, label) in zip(axes, SWEEP_METRICS, strict=True):
-        ax.set_title(label, fontsize=10)
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
-        taus = first.taus
-        if taus.min() > 0 and taus.max() / taus.min() > 20:
-            ax.set_xscale("log")
-        relation = "<" if first.member_when == "below" else "≥"
-        ax.set_xlabel(f"{value_name}: observed when the value {relation} τ")
-    fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
-    predictors = " and ".join(display_name(n) for n in sweeps)
-    fig.suptitle(
-        f"{instrument_label(instrument, probe)} against {predictors}: agreement as the threshold τ "
-        f"on {score_name} moves (dashed line: the fixed τ)"
-    )
-    return fig
-
-
-def training_curve(history: Sequence[Mapping[str, float]]) -> Figure:
-    """Validation NMSE against training step, log y.
-
-    history: dicts with ``step`` and ``val_nmse`` (entries lacking ``val_nmse`` skipped).
-    Raises ValueError when no entry has both.
-    """
-    points = [
-        (h["step"], h["val_nmse"]) for h in history if "step" in h and h.get("val_nmse") is not None
-    ]
-    if not points:
-        raise ValueError("training history: no entry with both 'step' and 'val_nmse'")
-    steps, nmse = (np.asarray(v, dtype=np.float64) for v in zip(*points, strict=True))
-    fig = Figure(figsize=(6.5, 3.6), layout="constrained")
-    ax = fig.subplots()
-    ax.plot(steps, nmse, marker="o", markersize=3, linewidth=1.5, color=PREDICTED_COLOR)
-    best = int(np.argmin(nmse))
-    ax.scatter(
-        [steps[best]],
-        [nmse[best]],
-        s=50,
-        color=VIOLATION_COLOR,
-        zorder=3,
-        label=f"best {nmse[best]:.3g} at step {int(steps[best])}",
-    )
-    ax.set_yscale("log")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("validation NMSE (1 = constant predictor)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(frameon=False)
-    ax.set_title("Training curve")
-    return fig
-
-
-ROC_STYLES = {"infoflow": ("-", PREDICTED_COLOR), "rollout": ("--", "#e07b00")}
-CONTROL_STYLE = (":", "#7a7a7a")
-MAX_CURVE_POINTS = 2000
-
-
-def _thin(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """At most MAX_CURVE_POINTS points of a curve, both ends kept."""
-    if fpr.size <= MAX_CURVE_POINTS:
-        return fpr, tpr
-    keep = np.unique(np.linspace(0, fpr.size - 1, MAX_CURVE_POINTS).astype(int))
-    return fpr[keep], tpr[keep]
-
-
-def answer_figure(
-    layers: Sequence[int],
-    curves: Sequence[Mapping[tuple[str, str], tuple[np.ndarray, np.ndarray, float]]],
-    distributions: Sequence[tuple[np.ndarray, np.ndarray]],
-    *,
-    instrument: str,
-    score_name: str,
-    tau: float | None = None,
-    log_scale: bool = True,
-) -> Figure:
-    """Per layer, does the instrument pick out InfoFlow's predicted positions, sample by
-    sample? Top row: ROC curves over every (sample, token, position s ≠ t) cell of the
-    layer; bottom row: the raw per-sample score at InfoFlow's predicted positions against
-    the others (density), with the fixed threshold τ.
-
-    layers: the layers drawn; curves[i]: (predictor, instrument) → (fpr, tpr, AUROC) of
-    layers[i], the instrument of a control labelled as such; distributions[i]: (scores
-    at predicted cells, scores at the other cells), raw (errors or flow g).
-    """
-    ncols = max(1, len(layers))
-    width = min(MAX_FIGURE_WIDTH, 1.0 + 3.9 * ncols)
-    fig = Figure(figsize=(width, 7.4), layout="constrained")
-    axes = fig.subplots(2, ncols, squeeze=False)
-    label = instrument_label(instrument)
-    for col, layer in enumerate(layers):
-        ax = axes[0, col]
-        ax.plot([0, 1], [0, 1], color="#c8c8c8", linewidth=1)
-        for (predictor, inst), (fpr, tpr, area) in curves[col].items():
-            control = inst != instrument
-            style, color = CONTROL_STYLE if control else ROC_STYLES.get(predictor, ("-.", "C3"))
-            who = f"{display_name(predictor)} vs {'random-init ' if control else ''}{instrument}"
-            x, y = _thin(fpr, tpr)
-            ax.plot(x, y, style, color=color, linewidth=2, label=f"{who}: AUROC {area:.3f}")
-        ax.set_title(f"layer {layer}: ROC", fontsize=10)
-        ax.set_xlabel("false-positive rate (other positions)")
-        ax.set_ylabel("true-positive rate (predicted positions)")
-        ax.set_aspect("equal")
-        ax.legend(loc="lower right", fontsize=7.5, frameon=False)
-        ax = axes[1, col]
-        predicted, other = distributions[col]
-        values = np.concatenate([predicted, other])
-        if log_scale:
-            floor = max(float(values[values > 0].min()) if (values > 0).any() else 1e-6, 1e-6)
-            predicted, other = np.maximum(predicted, floor), np.maximum(other, floor)
-            bins = np.geomspace(floor, max(float(values.max()), floor * 10), 41)
-            ax.set_xscale("log")
-        else:
-            bins = np.linspace(float(values.min()), float(values.max()), 41)
-        for part, color, what in ((predicted, PREDICTED_COLOR, "predicted by InfoFlow"),
-                                  (other, OMISSION_COLOR, "other positions")):  # fmt: skip
-            if part.size:
-                share = np.full(part.size, 1.0 / part.size)  # each group sums to 1
-                ax.hist(part, bins=bins, weights=share, histtype="stepfilled", alpha=0.45,
-                        color=color, label=f"{what} ({part.size} cells)")  # fmt: skip
-        if tau is not None:
-            dashes = (0, (4, 3))
-            ax.axvline(tau, color="black", linestyle=dashes, linewidth=1, label=f"τ = {tau:.3g}")
-        ax.set_title(f"layer {layer}: {score_name} per cell", fontsize=10)
-        ax.set_xlabel(score_name)
-        ax.set_ylabel("share of the group's cells")
-        ax.legend(fontsize=7.5, frameon=False)
-    fig.suptitle(
-        f"{label}: does it single out InfoFlow's predicted positions? Per sample, own "
-        "positions left out"
-    )
     return fig

@@ -1,0 +1,187 @@
+"""The ``summary.json`` dict: the header, every number of the comparisons, and the
+``answer`` the page leads with (per instrument and layer the AUROC and violation rate of
+each predictor and the control, the thresholds, where violations come from, in words).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from infoprobe import __version__
+from infoprobe.base.header import make_header
+from infoprobe.base.jsonable import jsonable
+from infoprobe.compare.core import CAVEAT, SetComparison
+from infoprobe.report import answer
+from infoprobe.report.figures import instrument_label
+from infoprobe.report.inputs import (
+    ReportInputs,
+    answer_layers,
+    exponent_text,
+    heads_dict,
+    inputs_sha256,
+    probe_of,
+    violation_counts,
+)
+
+FORMAT = "infoprobe.report"
+SCHEMA_VERSION = 3
+"""3: the common header of docs/conventions.md (``schema_version`` instead of
+``format_version``, ``created`` in UTC ``...Z``, ``axes``)."""
+AXES = ("layer", "token", "position", "tau")
+"""Axes of the comparison arrays summary.json holds (per layer, per token, membership
+[layer, token, position], threshold sweeps)."""
+
+
+def _training_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    if not history:
+        return None
+    nmse = [h["val_nmse"] for h in history if h.get("val_nmse") is not None]
+    return {
+        "history": [dict(h) for h in history],
+        "final_val_nmse": nmse[-1] if nmse else None,
+        "best_val_nmse": min(nmse) if nmse else None,
+    }
+
+
+def _per_layer(comparison: SetComparison, metric: str) -> list[float | None]:
+    """A per-layer rate of a comparison (per-sample counts, else aggregate), own left out."""
+    for part in (comparison.per_sample, comparison.aggregate):
+        if part is not None and part["others"].per_layer is not None:
+            return [float(v) for v in getattr(part["others"].per_layer, metric)]
+    return [None] * (comparison.n_layers + 1)
+
+
+def build_answer(inputs: ReportInputs) -> dict[str, Any]:
+    """What the report leads with (summary.json ``answer``): per instrument and layer the
+    AUROC and violation rate of InfoFlow, rollout and InfoFlow against the instrument's
+    control; where the primary instrument's violations come from; what the fixed
+    per-sample thresholds pass; InfoFlow's verdict and exponent; the headline in words."""
+    controls = {c: name for name, obs in inputs.instruments().items() if (c := obs.control_of)}
+    n_layer_axis = inputs.predicted.shape[0]
+    layers = answer_layers(inputs)
+    instruments: dict[str, Any] = {}
+    for name, by_predictor in inputs.comparisons.items():
+        obs = by_predictor["infoflow"].observations
+        if obs.control_of is not None:
+            continue
+        control = inputs.comparisons.get(controls.get(name, ""), {}).get("infoflow")
+        check = answer.threshold_check(obs, inputs.predicted)
+        by_layer = range(n_layer_axis)
+        entry: dict[str, Any] = {
+            "label": instrument_label(name, probe_of(inputs, name)),
+            "auroc": {p: [c.auroc(layer) for layer in by_layer] for p, c in by_predictor.items()},
+            "violation_rate": {p: _per_layer(c, "violation_rate") for p, c in by_predictor.items()},
+            "recall": {p: _per_layer(c, "recall") for p, c in by_predictor.items()},
+            "control": None if control is None else control.instrument,
+            "control_auroc": None if control is None else [control.auroc(x) for x in by_layer],
+            "threshold": None if check is None else check.to_dict(),
+            "threshold_lines": [],
+        }
+        if check is not None:
+            ours = by_predictor["infoflow"]
+            entry["threshold_lines"] = [
+                answer.threshold_line(check, layer, ours.auroc(layer), obs.word) for layer in layers
+            ]
+        instruments[name] = entry
+    primary = next(iter(instruments), None)
+    sources = violation_counts(inputs)
+    word = inputs.primary.observations.word
+    return jsonable(
+        {
+            "primary": primary,
+            "layers": layers,
+            "exponent": None if inputs.exponent is None else dict(inputs.exponent),
+            "verdict": exponent_text(inputs.exponent),
+            "instruments": instruments,
+            "violations": None if sources is None else sources.to_dict(),
+            "violation_lines": []
+            if sources is None
+            else answer.violation_lines(sources, heads_dict(inputs), word),
+            "lines": _answer_lines(instruments.get(primary), layers),
+            "rollout_lines": _rollout_lines(instruments.get(primary), layers),
+        }
+    )
+
+
+def _answer_lines(entry: Mapping[str, Any] | None, layers: Sequence[int]) -> list[str]:
+    """One sentence per layer: AUROC of InfoFlow, its control and rollout, violation rates."""
+    if entry is None:
+        return []
+    out = []
+    for layer in layers:
+        auroc = entry["auroc"]["infoflow"][layer]
+        extra = []
+        if entry["control_auroc"] is not None:
+            extra.append(f"random-init model {_num(entry['control_auroc'][layer])}")
+        if "rollout" in entry["auroc"]:
+            extra.append(f"attention rollout {_num(entry['auroc']['rollout'][layer])}")
+        text = (
+            f"layer {layer}: {entry['label']} ranks InfoFlow's predicted positions above "
+            f"the others with AUROC {_num(auroc)}" + (f" ({'; '.join(extra)})" if extra else "")
+        )
+        rate = entry["violation_rate"]["infoflow"][layer]
+        if rate is not None:
+            text += f"; violation rate {_pct(rate)}"
+            if "rollout" in entry["violation_rate"]:
+                text += f" (rollout {_pct(entry['violation_rate']['rollout'][layer])})"
+        out.append(text)
+    return out
+
+
+def _rollout_lines(entry: Mapping[str, Any] | None, layers: Sequence[int]) -> list[str]:
+    """Per layer, which predictor fits the primary instrument better, in numbers."""
+    if entry is None or "rollout" not in entry["auroc"]:
+        return []
+    out = []
+    for layer in layers:
+        ours, theirs = entry["auroc"]["infoflow"][layer], entry["auroc"]["rollout"][layer]
+        if ours is None or theirs is None or not (np.isfinite(ours) and np.isfinite(theirs)):
+            continue
+        better = "rollout" if theirs > ours else "InfoFlow" if ours > theirs else "neither"
+        rates = entry["violation_rate"]
+        out.append(
+            f"layer {layer}: AUROC {_num(theirs)} for attention rollout against {_num(ours)} "
+            f"for InfoFlow, violation rate {_pct(rates['rollout'][layer])} against "
+            f"{_pct(rates['infoflow'][layer])}: {better} fits {entry['label']} better"
+        )
+    return out
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:.1f}%"
+
+
+def build_summary(inputs: ReportInputs, figure_meta: Mapping[str, Mapping[str, str]]) -> dict:
+    """The summary.json dict: every number, the verdicts, the caveat, provenance."""
+    return jsonable(
+        {
+            **make_header(FORMAT, SCHEMA_VERSION, AXES),
+            "title": inputs.title,
+            "notes": dict(inputs.notes),
+            "caveat": CAVEAT,
+            "headline": list(inputs.headline),
+            "answer": build_answer(inputs),
+            "comparisons": {
+                inst: {pred: c.to_dict() for pred, c in by_pred.items()}
+                for inst, by_pred in inputs.comparisons.items()
+            },
+            "crosstab": None if inputs.table is None else inputs.table.to_dict(),
+            "heads": None if inputs.heads is None else inputs.heads.to_dict(),
+            "training": _training_summary(inputs.history),
+            "figures": dict(figure_meta),
+            "provenance": {
+                **{k: dict(v) for k, v in inputs.provenance.items()},
+                "report": {
+                    "infoprobe_version": __version__,
+                    "inputs_sha256": inputs_sha256(inputs),
+                },
+            },
+        }
+    )
