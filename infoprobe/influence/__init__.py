@@ -27,6 +27,7 @@ from infoprobe.influence.errors import (
     InfluenceMismatchError,
     InfluenceSettingsError,
 )
+from infoprobe.influence.file import InfluenceFile, read_influence
 from infoprobe.influence.job import influence_for_cache, model_state_sha256
 from infoprobe.influence.sensitivity import (
     FlowPlan,
@@ -38,7 +39,7 @@ from infoprobe.influence.sensitivity import (
 )
 from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets, flow_threshold
 from infoprobe.influence.settings import InfluenceSettings
-from infoprobe.influence.store import InfluenceFile, read_influence, write_influence
+from infoprobe.influence.store import write_influence
 from infoprobe.influence.summary import layer_summary
 
 __all__ = [

@@ -20,8 +20,9 @@ from infoprobe.base.atomic import locked_output
 from infoprobe.checkpoint import Checkpoint, load_checkpoint
 from infoprobe.hooks import CacheFile, open_cache
 from infoprobe.influence.errors import InfluenceError
+from infoprobe.influence.file import BlockCallback, InfluenceFile
 from infoprobe.influence.settings import InfluenceSettings
-from infoprobe.influence.store import BlockCallback, InfluenceFile, preflight, write_influence
+from infoprobe.influence.store import preflight, write_influence
 from infoprobe.pipeline.caching import random_init_model
 
 

@@ -11,7 +11,7 @@ from infoprobe.compare.files import write_comparisons
 from infoprobe.compare.sources import checkpoint_history, compare_sources, load_sources
 from infoprobe.hooks import FORMAT as CACHE_FORMAT
 from infoprobe.influence import influence_for_cache
-from infoprobe.influence.store import FORMAT as INFLUENCE_FORMAT
+from infoprobe.influence.file import FORMAT as INFLUENCE_FORMAT
 from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
 from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.pipeline.folder import RunFolder, RunStage
