@@ -17,6 +17,7 @@ import numpy as np
 
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.observations import Observations, scope_masks
+from infoprobe.compare.verdicts import percent
 
 
 def roc_curve(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -138,10 +139,6 @@ def _group_ops(heads: Mapping[str, Any] | None) -> dict[tuple[int, int], dict[st
     return {(int(h["block"]), int(h["head"])): h for h in heads.get("heads", [])}
 
 
-def _percent(num: int, den: int) -> str:
-    return "n/a" if den == 0 else f"{100.0 * num / den:.0f}%"
-
-
 def violation_lines(
     sources: ViolationSources, heads: Mapping[str, Any] | None = None, word: str = "observed"
 ) -> list[str]:
@@ -163,7 +160,7 @@ def violation_lines(
             count = int(sources.per_token[layer, index].sum())
             if count == 0:
                 continue
-            text = f"{count} ({_percent(count, total)}) at {label}"
+            text = f"{count} ({percent(count, total, 0)}) at {label}"
             if group == "data":
                 top = int(np.argmax(sources.per_token[layer, index]))
                 text += f" (most at token {top}: {int(sources.per_token[layer, top])})"
