@@ -75,7 +75,7 @@ def main() -> None:
                 str(checkpoint),
                 "--n",
                 str(args.n),
-                "--batch",
+                "--cache-batch",
                 str(args.batch),
                 "--sites",
                 args.sites,

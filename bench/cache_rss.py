@@ -45,7 +45,7 @@ def child(checkpoint: str, n: int, out: str) -> None:
                     "--quiet",
                     "--sites",
                     "residual,attention",
-                    "--batch",
+                    "--cache-batch",
                     "512",
                 ]
             )

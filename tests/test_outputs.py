@@ -66,9 +66,10 @@ def every_output(files: Path, out: Path) -> dict[str, tuple[str, list[str], Path
     model, acts = str(files / "model"), str(files / "acts.h5")
     pred, probes = str(files / "pred.h5"), str(files / "probes.h5")
     sweep = out / "sweep"
+    small_cache = ["--n", "20", "--cache-batch", "10"]
     return {
         "train checkpoint": ("train", [*TRAIN, "--out", str(out)], out, True),
-        "cache": ("cache", [model, "--out", str(out), "--n", "20", "--batch", "10"], out, False),
+        "cache": ("cache", [model, "--out", str(out), *small_cache], out, False),
         "probe results": ("probe", [acts, "--out", str(out)], out, False),
         "influence file": ("influence", [model, "--cache", acts, "--out", str(out)], out, False),
         "predicted sets": ("predict", [*PREDICT, "--samples", "8", "--out", str(out)], out, False),

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
-from infoprobe.commands.argtypes import positive_int, seed_list
+from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
 from infoprobe.pipeline.demo import DemoConfig, rate_line, run_demo, separation
 
 DESCRIPTION = """\
@@ -28,26 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog="example:\n  infoprobe demo --out runs/demo",
     )
     p.add_argument("--out", default="runs/demo", help="demo folder (default: %(default)s)")
-    p.add_argument(
-        "--steps",
-        type=positive_int,
-        default=DemoConfig.steps,
-        help="training steps per model (default: %(default)s)",
-    )
-    p.add_argument(
-        "--n-cache",
-        type=positive_int,
-        default=DemoConfig.n_cache,
-        help="samples cached and probed per model (default: %(default)s)",
-    )
-    p.add_argument(
-        "--seeds",
-        type=seed_list,
-        default=DemoConfig.seeds,
-        metavar="S1,S2,..",
-        help="seeds per model, trained together; the best is analysed (default: "
-        f"{','.join(map(str, DemoConfig.seeds))})",
-    )
+    add_settings_arguments(p, DemoConfig, only=("steps", "n_cache", "seeds"))
     p.add_argument(
         "--sequential",
         action="store_true",
@@ -58,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = replace(DemoConfig(), steps=args.steps, n_cache=args.n_cache, seeds=args.seeds)
+    cfg = settings_from_args(DemoConfig, args)
     summaries, index = run_demo(
         args.out, cfg, overwrite=args.overwrite, parallel=not args.sequential
     )

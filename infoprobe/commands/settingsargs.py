@@ -42,6 +42,7 @@ from infoprobe.commands.argtypes import (
     positive_float,
     positive_int,
     seed,
+    seed_list,
     site_spec,
 )
 
@@ -81,6 +82,7 @@ class CliField:
 FIELD_TYPES: dict[str, CliField] = {
     "device": CliField(convert=device, metavar="DEV"),
     "seed": CliField(convert=seed),
+    "seeds": CliField(convert=seed_list, metavar="S1,S2,.."),
     "data_seed": CliField(convert=seed),
     "random_init_seed": CliField(convert=seed),
     "split_seed": CliField(convert=seed),

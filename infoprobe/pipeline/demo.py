@@ -37,7 +37,13 @@ from infoprobe.train.config import TrainConfig
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """The curated demo: intrinsic-dim D=2, T=16, E=32, (2,2) vs (1,2)."""
+    """The curated demo: intrinsic-dim D=2, T=16, E=32, (2,2) vs (1,2).
+
+    Args:
+        steps: training steps per model
+        n_cache: samples cached and probed per model
+        seeds: seeds per model, trained together; the best is analysed
+    """
 
     D: int = 2
     T: int = 16
