@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 
 import pytest
+from test_bad_input import assert_refused
 
 from infoprobe.cli import build_parser
 from infoprobe.commands.argtypes import device
@@ -18,7 +19,6 @@ from infoprobe.pipeline.settings import RunSettings
 from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.observed import Thresholds
 from infoprobe.train.config import TrainConfig
-from tests.test_bad_input import assert_refused
 
 
 def command_parsers() -> dict[str, argparse.ArgumentParser]:
