@@ -9,6 +9,7 @@ from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import positive_float, unit_float
 from infoprobe.compare.core import CAVEAT
 from infoprobe.compare.files import write_comparisons
+from infoprobe.compare.null import NULL_Q
 from infoprobe.compare.sources import Compared, Sources, compare_sources, load_sources
 
 DESCRIPTION = """\
@@ -44,6 +45,14 @@ examples:
   infoprobe compare pred.h5 probes.h5 --cache acts.h5 --rollout --head-fusion max \\
       --rollout-weight 0.7 --rollout-threshold 0.5
 """
+
+
+def open_unit_float(text: str) -> float:
+    """A number strictly between 0 and 1 (a false discovery rate)."""
+    value = unit_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +91,16 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("r2", "selectivity"),
         default="r2",
         help="continuous aggregate score: test R² or R² minus the largest control (default r2)",
+    )
+    parser.add_argument(
+        "--null-q",
+        type=open_unit_float,
+        default=NULL_Q,
+        metavar="Q",
+        help="null rule beside the fixed thresholds: cells whose scores beat the null "
+        "(flow: its random-init control; decodability: the own-sample mean predictor), "
+        f"Benjamini–Hochberg at false discovery rate Q over the grid (default {NULL_Q}; "
+        "docs/report.md)",
     )
     rollout = parser.add_argument_group("attention rollout (second predictor)")
     rollout.add_argument(
@@ -170,7 +189,7 @@ def sources_from_args(
 
 def run(args: argparse.Namespace) -> int:
     rollout, sources = sources_from_args(args, want_patterns=args.cache is not None)
-    compared = compare_sources(sources, rollout)
+    compared = compare_sources(sources, rollout, null_q=args.null_q)
     print(
         f"compared {sources.predicted.shape[1]} samples, {sources.predicted.shape[0]} layers, "
         f"instruments: {', '.join(sources.instruments)}"

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         history, ckpt_prov = checkpoint_history(args.checkpoint, sources)
         extra[f"checkpoint ({args.checkpoint})"] = ckpt_prov
-    compared = compare_sources(sources, rollout)
+    compared = compare_sources(sources, rollout, null_q=args.null_q)
     inputs = from_sources(
         sources,
         compared,

@@ -27,6 +27,7 @@ from infoprobe.checkpoint import read_checkpoint_meta
 from infoprobe.compare import instruments
 from infoprobe.compare.core import SetComparison, compare
 from infoprobe.compare.crosstab import Crosstab, crosstab
+from infoprobe.compare.null import NULL_Q, null_rule
 from infoprobe.compare.observations import Observations
 from infoprobe.compare.provenance import ProvenanceError, check_provenance, refuse_control
 from infoprobe.compare.verdicts import headline
@@ -355,6 +356,8 @@ class Compared:
     comparisons: dict[str, dict[str, SetComparison]]
     rollout: Rollout | None
     table: Crosstab | None
+    null_rule: dict[str, Any] | None = None
+    """The null rule's per-layer counts (:func:`infoprobe.compare.null.null_summary`)."""
     heads: ObservedProgram | None = None
 
     def headline(self) -> tuple[str, ...]:
@@ -365,6 +368,7 @@ class Compared:
         return {
             "headline": list(self.headline()),
             "crosstab": None if self.table is None else self.table.to_dict(),
+            "null_rule": self.null_rule,
             "heads": None if self.heads is None else self.heads.to_dict(),
         }
 
@@ -385,9 +389,12 @@ def predicted_program(sets: SetsFile):
     return predict(task, arch, search_min_heads=False, orientation=orientation).program
 
 
-def compare_sources(sources: Sources, rollout: RolloutConfig | None = None) -> Compared:
+def compare_sources(
+    sources: Sources, rollout: RolloutConfig | None = None, *, null_q: float | None = NULL_Q
+) -> Compared:
     """Compare InfoFlow (and rollout, when ``rollout`` is given) with every instrument;
-    cross flow with decodability; read the observed program from the attention patterns."""
+    cross flow with decodability; read the observed program from the attention patterns;
+    apply the null rule at FDR ``null_q`` (None: not at all; infoprobe.compare.null)."""
     pred_prov = next(v for k, v in sources.provenance.items() if k.startswith("predicted"))
     rolled = None
     if rollout is not None:
@@ -408,7 +415,10 @@ def compare_sources(sources: Sources, rollout: RolloutConfig | None = None) -> C
     heads = None
     if sources.patterns is not None:
         heads = observed_program(sources.patterns, predicted_program(sources.sets_file), sources.x)
-    return Compared(comparisons, rolled, table, heads)
+    summary = None
+    if null_q is not None:
+        summary = null_rule(sources.instruments, sources.predicted, null_q)[1]
+    return Compared(comparisons, rolled, table, heads, summary)
 
 
 def checkpoint_history(
