@@ -73,5 +73,7 @@ def test_flow_observations_threshold_scores_at_the_given_level():
     scores = rng.gamma(1.0, 0.05, size=(2, 30, 6, 5))
     obs = flow(scores, scores.mean(1), threshold=0.05, name="flow")
     np.testing.assert_array_equal(obs.per_sample, scores >= 0.05)
-    np.testing.assert_array_equal(obs.aggregate, scores.mean(1) >= 0.05)
+    share = (scores >= 0.05).mean(1)  # the aggregate score: share of samples carried
+    np.testing.assert_array_equal(obs.score, share)
+    np.testing.assert_array_equal(obs.aggregate, share >= 0.5)
     assert obs.member_when == "above" and obs.tau_sample == 0.05

@@ -27,6 +27,7 @@ import numpy as np
 
 from infoprobe.base.errors import UserError
 from infoprobe.compare.observations import Observations
+from infoprobe.influence.sets import AGGREGATE_SHARE_LEVEL
 
 ScoreKind = Literal["r2", "selectivity"]
 TARGETS = "positions"
@@ -138,33 +139,45 @@ def flow_name(method: str, random_init_seed: int | None) -> tuple[str, str | Non
     return f"{base} (random-init)", base
 
 
+FLOW_SHARE_NAME = "flow-set share"
+"""The flow instrument's aggregate score: the share of samples in which x(s) is in the flow
+set of h(t, l) (:func:`infoprobe.influence.membership_share`)."""
+
+
 def flow(
     scores: np.ndarray,
-    aggregate: np.ndarray,
+    aggregate: np.ndarray | None = None,
     *,
     threshold: float,
+    share_level: float = AGGREGATE_SHARE_LEVEL,
     name: str = "flow",
     control_of: str | None = None,
     provenance: dict[str, Any] | None = None,
 ) -> Observations:
     """Flow scores as observations.
 
-    scores: g ``[L+1, n, T+1, T]`` (docs/influence.md); aggregate: their mean over samples
-    ``[L+1, T+1, T]``; threshold: membership g ≥ threshold, fixed before any comparison.
+    scores: g ``[L+1, n, T+1, T]`` (docs/influence.md); threshold: per-sample membership
+    g ≥ threshold, fixed before any comparison. The aggregate score is the membership share,
+    the fraction of these n samples in which g ≥ threshold, and the aggregate set holds the
+    cells whose share is at least ``share_level``. aggregate: the mean of g over samples; not
+    used (a few near-tie samples decide it; docs/influence.md, *The aggregate score*), still
+    accepted so that callers passing it keep working.
     """
+    del aggregate  # the mean g is not the aggregate score
     scores = np.asarray(scores, dtype=np.float64)
-    aggregate = np.asarray(aggregate, dtype=np.float64)
+    member = scores >= threshold
+    share = member.mean(axis=1, dtype=np.float64)
     return Observations(
         instrument=name,
-        per_sample=scores >= threshold,
+        per_sample=member,
         sample_score=scores,
-        aggregate=aggregate >= threshold,
-        score=aggregate,
+        aggregate=share >= share_level,
+        score=share,
         member_when="above",
         sample_score_name="flow g (share of the state's variance)",
-        score_name="mean flow g",
+        score_name=FLOW_SHARE_NAME,
         tau_sample=threshold,
-        tau=threshold,
+        tau=share_level,
         word="carried",
         control_of=control_of,
         provenance=dict(provenance or {}),

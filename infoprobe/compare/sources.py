@@ -282,8 +282,7 @@ def load_sources(
     found: dict[str, Observations] = {}
     for name, control_of, inf, path in influences:
         found[name] = instruments.flow(
-            np.asarray(inf.scores)[:, where[name]],
-            np.asarray(inf.aggregate),
+            np.asarray(inf.scores)[:, where[name]],  # aggregate: their share, not inf.aggregate
             threshold=flow_threshold(inf.T),
             name=name,
             control_of=control_of,

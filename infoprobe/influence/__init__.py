@@ -12,7 +12,8 @@ mean squared move of the state when   x(s) is replaced by another sample's, over
 t).
 
 Scores are float32 [L+1, n, T+1, T] (layer, sample, token, position); s ∈ I_flow(i, t,
-l) iff g ≥ r / T with r = :data:`DEFAULT_FLOW_FRACTION` = 0.25.
+l) iff g ≥ r / T with r = :data:`DEFAULT_FLOW_FRACTION` = 0.25; the aggregate score is
+the share of samples in which s is a member (:func:`membership_share`), not the mean g.
 
     from infoprobe.influence import InfluenceSettings, influence_for_cache,
 read_influence     influence_for_cache("runs/id", "runs/id/acts.h5",
@@ -37,12 +38,19 @@ from infoprobe.influence.sensitivity import (
     plan_influence,
     state_variance,
 )
-from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets, flow_threshold
+from infoprobe.influence.sets import (
+    AGGREGATE_SHARE_LEVEL,
+    DEFAULT_FLOW_FRACTION,
+    flow_sets,
+    flow_threshold,
+    membership_share,
+)
 from infoprobe.influence.settings import InfluenceSettings
 from infoprobe.influence.store import write_influence
 from infoprobe.influence.summary import layer_summary
 
 __all__ = [
+    "AGGREGATE_SHARE_LEVEL",
     "DEFAULT_FLOW_FRACTION",
     "FlowPlan",
     "IncompleteInfluenceError",
@@ -59,6 +67,7 @@ __all__ = [
     "influence_for_cache",
     "input_scale",
     "layer_summary",
+    "membership_share",
     "model_state_sha256",
     "plan_influence",
     "read_influence",

@@ -7,7 +7,9 @@ attributes ``format`` = ``"infoprobe.influence"``, ``schema_version``, ``created
 ``n_committed``, ``complete``, ``input_scale``, ``hook_names`` (JSON list); datasets
 ``/scores`` float32 [L+1, n, T+1, T], ``/state_variance`` float64 [L+1, T+1],
 ``/sample_index`` int64 [n] and ``/aggregate`` float64 [L+1, T+1, T], each with an ``axes``
-attribute and labelled dimensions. Schema 1 files (``axes`` a JSON string) are still read.
+attribute and labelled dimensions. The aggregate flow score, the membership share, is
+computed from ``/scores`` (:meth:`InfluenceFile.membership_share`). Schema 1 files (``axes``
+a JSON string) are still read.
 The reader refuses a file that is not complete unless ``allow_incomplete``; the writer is
 :mod:`infoprobe.influence.store`.
 """
@@ -35,7 +37,7 @@ from infoprobe.influence.errors import (
     IncompleteInfluenceError,
     InfluenceFileError,
 )
-from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets
+from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets, membership_share
 from infoprobe.influence.settings import InfluenceSettings
 
 FORMAT = "infoprobe.influence"
@@ -149,7 +151,8 @@ class InfluenceFile:
         scores: g, float32 [L+1, n_committed, T+1, T] (layer, sample, token, position).
         state_variance: v, float64 [L+1, T+1] (layer, token).
         sample_index: int64 [n_committed], the activation-cache rows covered.
-        aggregate: float64 [L+1, T+1, T], mean of g over samples (None if incomplete).
+        aggregate: float64 [L+1, T+1, T], mean of g over samples (None if incomplete); not
+            the aggregate score, which is :meth:`membership_share`.
         settings: the :class:`InfluenceSettings` the file was written with.
         provenance: dict (cache path and provenance, inputs hash, weights hash, ...).
         header: every root attribute as a plain Python value.
@@ -197,6 +200,12 @@ class InfluenceFile:
     def sets(self, fraction: float = DEFAULT_FLOW_FRACTION) -> np.ndarray:
         """Per-sample flow sets, bool [L+1, n_committed, T+1, T+1]."""
         return flow_sets(self.scores, fraction)
+
+    def membership_share(self, fraction: float = DEFAULT_FLOW_FRACTION) -> np.ndarray:
+        """The aggregate flow score, float64 [L+1, T+1, T] in [0, 1]: the share of the
+        committed samples in which s is in the flow set of (t, l) at g ≥ fraction / T.
+        Computed from ``/scores`` (the file stores only the mean, ``/aggregate``)."""
+        return membership_share(self.scores, fraction)
 
 
 def read_influence(path: str | os.PathLike, *, allow_incomplete: bool = False) -> InfluenceFile:

@@ -36,7 +36,7 @@ from transformer_lens import HookedRootModule
 from infoprobe.hooks.capture import capture, eval_mode, model_device, stop_layer
 from infoprobe.hooks.sites import count_blocks, layer_sites
 from infoprobe.influence.errors import InfluenceError
-from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets
+from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets, membership_share
 from infoprobe.influence.settings import InfluenceSettings
 
 
@@ -113,8 +113,14 @@ class InfluenceResult:
 
     @property
     def aggregate(self) -> np.ndarray:
-        """Mean over samples, float64 [L+1, T+1, T]."""
+        """Mean over samples, float64 [L+1, T+1, T] (not the aggregate score: near ties
+        dominate it; see :meth:`membership_share`)."""
         return self.scores.mean(axis=1, dtype=np.float64)
+
+    def membership_share(self, fraction: float = DEFAULT_FLOW_FRACTION) -> np.ndarray:
+        """The aggregate flow score, float64 [L+1, T+1, T] in [0, 1]: the share of samples
+        in which s is in the flow set of (t, l) (:func:`membership_share`)."""
+        return membership_share(self.scores, fraction)
 
     def sets(self, fraction: float = DEFAULT_FLOW_FRACTION) -> np.ndarray:
         """Per-sample flow sets, bool [L+1, n, T+1, T+1] (see :func:`flow_sets`)."""

@@ -20,6 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from infoprobe.compare.instruments import FLOW_SHARE_NAME
+
 PREDICTED_EDGE = "white"
 VIOLATION_COLOR = "#e8112d"
 OMISSION_COLOR = "#9aa5b1"
@@ -59,6 +61,8 @@ def score_label(name: str, score_name: str, probe: str | None = None) -> str:
     """A colour-bar label: the score and how the instrument obtains it."""
     if name.startswith("flow"):
         how = "x(s) redrawn" if "resample" in name else "x(s) nudged"
+        if score_name == FLOW_SHARE_NAME:  # the aggregate score (docs/influence.md)
+            return f"share of samples in which x(s) is in the flow set of h(t, l) ({how})"
         return f"{score_name}: share of h(t, l)'s variance when {how}"
     if name == "decodability":
         return f"{score_name} of a {probe or 'position'} probe reading x(s) from h(t, l)"
@@ -148,7 +152,8 @@ def decodability_grid(
     vmin: float = 0.0,
     vmax: float = 1.0,
 ) -> Figure:
-    """One heatmap per layer of an aggregate score (R², mean flow), predicted membership overlaid.
+    """One heatmap per layer of an aggregate score (R², flow-set share), predicted membership
+    overlaid.
 
     score: float [L+1, T+1, T] (layer, token, position); membership: float [L+1, T+1, T]
     fraction of samples in which s ∈ I_pred(t, l); observed: bool [L+1, T+1, T] aggregate
