@@ -321,9 +321,14 @@ def test_headline_leads_with_each_instrument_and_its_control():
     c = comparisons["flow (random-init)"]["infoflow"].per_sample["others"]
     d = comparisons["decodability"]["infoflow"].per_sample["others"]
     a = f.per_layer
+
+    def ci(scope):
+        lo, hi = scope.auroc_per_layer_interval[layer]
+        assert lo <= scope.auroc_per_layer[layer] <= hi
+        return f"{scope.auroc_per_layer[layer]:.2f} [{lo:.2f}, {hi:.2f}]"
+
     assert lines[layer] == (
-        f"layer 1: flow AUROC {f.auroc_per_layer[layer]:.2f} (random-init "
-        f"{c.auroc_per_layer[layer]:.2f}); decodability AUROC {d.auroc_per_layer[layer]:.2f}; "
+        f"layer 1: flow AUROC {ci(f)} (random-init {ci(c)}); decodability AUROC {ci(d)}; "
         f"{100 * a.agree[layer] / a.n_predicted[layer]:.0f}% of predicted positions carried, "
         f"{100 * a.violations[layer] / a.n_not_predicted[layer]:.0f}% of the rest"
     )

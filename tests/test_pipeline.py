@@ -83,7 +83,9 @@ def test_summary_numbers_match_the_files(run_dir):
             assert line.startswith("layer 0: nothing predicted besides")
         else:
             value = f"{flow['auroc_per_layer'][layer]:.2f}"
-            assert line.startswith(f"layer {layer}: flow AUROC {value} (random-init ")
+            lo, hi = flow["auroc_per_layer_interval"][layer]
+            interval = f"[{lo:.2f}, {hi:.2f}]"
+            assert line.startswith(f"layer {layer}: flow AUROC {value} {interval} (random-init ")
 
 
 def test_flow_and_decodability_score_the_same_samples(run_dir):

@@ -33,6 +33,15 @@ from infoprobe.base.errors import CompareInputError
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.agreement import SetAgreement, TauSweep, tau_sweep
 from infoprobe.compare.auroc import auroc
+from infoprobe.compare.intervals import (
+    DEFAULT_INTERVAL,
+    IntervalSettings,
+    aggregate_scope_intervals,
+    aggregate_source,
+    multiplicities,
+    resample_index,
+    sample_scope_intervals,
+)
 from infoprobe.compare.observations import Observations, as_array, scope_masks
 from infoprobe.compare.provenance import ProvenanceError
 from infoprobe.compare.verdicts import layer_verdicts
@@ -59,6 +68,9 @@ class SampleScope:
     auroc_per_layer [L+1] / auroc_per_token [L+1, T+1]: the score against predicted
     membership, pooled over (sample, token, position) / (sample, position);
     sweep: agreement as τ moves. Parts an instrument lacks are None.
+    ``<name>_interval`` [..., 2]: the bootstrap interval (lo, hi) over samples of
+    auroc_per_layer, auroc_per_token and the per-layer recall / violation rate
+    (:mod:`infoprobe.compare.intervals`); None without intervals.
     """
 
     samples: SetAgreement | None
@@ -68,6 +80,10 @@ class SampleScope:
     auroc_per_layer: np.ndarray | None
     auroc_per_token: np.ndarray | None
     sweep: TauSweep | None
+    auroc_per_layer_interval: np.ndarray | None = None
+    auroc_per_token_interval: np.ndarray | None = None
+    recall_interval: np.ndarray | None = None
+    violation_rate_interval: np.ndarray | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the per-sample counts (large), JSON-able."""
@@ -84,6 +100,9 @@ class AggregateScope:
     sometimes_observed / sometimes_unobserved [L+1]: "sometimes" cells observed or not;
     auroc_per_layer [L+1], auroc_per_token [L+1, T+1]: score against always (positive)
     vs never (negative); sweep: agreement as the score threshold τ moves.
+    auroc_per_layer_interval [L+1, 2] / auroc_per_token_interval [L+1, T+1, 2]: bootstrap
+    intervals, the aggregate recomputed from the drawn samples; None where only an
+    aggregate exists (it cannot be recomputed) or without intervals.
     """
 
     per_token: SetAgreement | None
@@ -93,6 +112,8 @@ class AggregateScope:
     auroc_per_layer: np.ndarray | None
     auroc_per_token: np.ndarray | None
     sweep: TauSweep | None
+    auroc_per_layer_interval: np.ndarray | None = None
+    auroc_per_token_interval: np.ndarray | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """All fields, JSON-able."""
@@ -105,7 +126,9 @@ class SetComparison:
 
     per_sample / aggregate: scope name ("others", "own") → its agreement; None when the
     observations lack that part. membership: float [L+1, T+1, T] aggregate predicted
-    membership; verdicts: one sentence per layer (others; own apart).
+    membership; verdicts: one sentence per layer (others; own apart); interval: how the
+    intervals were made (:class:`~infoprobe.compare.intervals.IntervalSettings` as a dict),
+    None without intervals.
     """
 
     name: str
@@ -120,6 +143,7 @@ class SetComparison:
     verdicts: tuple[str, ...]
     provenance: Mapping[str, Any] = field(default_factory=dict)
     caveat: str = CAVEAT
+    interval: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """All numbers as JSON-able data (per-sample counts left out)."""
@@ -135,6 +159,7 @@ class SetComparison:
                 "tau_sample": obs.tau_sample,
                 "tau": obs.tau,
                 "verdicts": list(self.verdicts),
+                "interval": None if self.interval is None else dict(self.interval),
                 "caveat": self.caveat,
                 "membership": self.membership,
                 "per_sample": self.per_sample,
@@ -149,6 +174,16 @@ class SetComparison:
             if part is not None and part[scope].auroc_per_layer is not None:
                 return float(part[scope].auroc_per_layer[layer])
         return float("nan")
+
+    def auroc_interval(self, layer: int, scope: str = "others") -> tuple[float, float] | None:
+        """The interval of :meth:`auroc` at ``layer`` (same source); None if there is none."""
+        for part in (self.per_sample, self.aggregate):
+            if part is not None and part[scope].auroc_per_layer is not None:
+                found = part[scope].auroc_per_layer_interval
+                if found is None or not np.isfinite(found[layer]).all():
+                    return None
+                return float(found[layer][0]), float(found[layer][1])
+        return None
 
 
 def _check_predicted(predicted: Any, observations: Observations) -> np.ndarray:
@@ -172,7 +207,9 @@ def _check_predicted(predicted: Any, observations: Observations) -> np.ndarray:
     return pred
 
 
-def _sample_scope(pred: np.ndarray, obs: Observations, mask: np.ndarray) -> SampleScope:
+def _sample_scope(
+    pred: np.ndarray, obs: Observations, mask: np.ndarray, counts: np.ndarray | None, level: float
+) -> SampleScope:
     """Per-sample agreement over the cells ``mask`` [T+1, T] marks (pred [L+1, n, T+1, T])."""
     valid = np.broadcast_to(mask, pred.shape)
     samples = per_token = per_layer = mean_jaccard = None
@@ -205,11 +242,20 @@ def _sample_scope(pred: np.ndarray, obs: Observations, mask: np.ndarray) -> Samp
             valid=valid,
             fixed_tau=obs.tau_sample,
         )
-    return SampleScope(samples, per_token, per_layer, mean_jaccard, auroc_layer, auroc_token, sweep)
+    found = {}
+    if counts is not None:
+        found = sample_scope_intervals(pred, signed, valid, samples, counts, level)
+    return SampleScope(
+        samples, per_token, per_layer, mean_jaccard, auroc_layer, auroc_token, sweep, **found
+    )
 
 
 def _aggregate_scope(
-    membership: np.ndarray, obs: Observations, mask: np.ndarray, taus: np.ndarray
+    membership: np.ndarray,
+    obs: Observations,
+    mask: np.ndarray,
+    taus: np.ndarray,
+    intervals: tuple[np.ndarray, np.ndarray, float] | None,
 ) -> AggregateScope:
     always, never = membership == 1.0, membership == 0.0
     inside = np.broadcast_to(mask, membership.shape)
@@ -232,8 +278,13 @@ def _aggregate_scope(
         sweep = tau_sweep(
             always, obs.score, grid, member_when="above", valid=definite, fixed_tau=obs.tau
         )
+    found = {}
+    if intervals is not None and obs.score is not None:
+        pred, counts, level = intervals
+        source = aggregate_source(obs.per_sample, obs.sample_score, obs.score)
+        found = aggregate_scope_intervals(pred, source, mask, counts, level)
     return AggregateScope(
-        per_token, per_layer, some_obs, some_unobs, auroc_layer, auroc_token, sweep
+        per_token, per_layer, some_obs, some_unobs, auroc_layer, auroc_token, sweep, **found
     )
 
 
@@ -254,6 +305,7 @@ def compare(
     name: str = "infoflow",
     score_taus: Sequence[float] | np.ndarray | None = None,
     provenance: Mapping[str, Any] | None = None,
+    interval: IntervalSettings | None = DEFAULT_INTERVAL,
 ) -> SetComparison:
     """Compare predicted sets with what one instrument observed.
 
@@ -264,6 +316,8 @@ def compare(
     name: the predictor's name ("infoflow", "rollout").
     score_taus: τ grid of the aggregate sweep (default :data:`DEFAULT_SCORE_TAUS`; the
     observations' own τ is always added). provenance: the predicted sets' provenance.
+    interval: how to bootstrap the intervals over samples (default
+    :data:`~infoprobe.compare.intervals.DEFAULT_INTERVAL`); None: no intervals.
     Raises ProvenanceError when L, T or n differ, CompareInputError on bad arrays.
     """
     pred = _check_predicted(predicted, observations)
@@ -274,12 +328,17 @@ def compare(
     masks = scope_masks(T)
     per_sample = aggregate = None
     obs = observations
+    counts = None if interval is None else multiplicities(resample_index(n, interval), n)
+    level = 0.0 if interval is None else interval.level
     if obs.per_sample is not None or obs.sample_score is not None:
-        per_sample = {scope: _sample_scope(data_pred, obs, m) for scope, m in masks.items()}
+        per_sample = {
+            scope: _sample_scope(data_pred, obs, m, counts, level) for scope, m in masks.items()
+        }
     if obs.aggregate is not None or obs.score is not None:
         taus = DEFAULT_SCORE_TAUS if score_taus is None else np.asarray(score_taus, float)
+        boot = None if counts is None else (data_pred, counts, level)
         aggregate = {
-            scope: _aggregate_scope(membership, obs, m, taus) for scope, m in masks.items()
+            scope: _aggregate_scope(membership, obs, m, taus, boot) for scope, m in masks.items()
         }
     return SetComparison(
         name=name,
@@ -293,4 +352,5 @@ def compare(
         aggregate=aggregate,
         verdicts=layer_verdicts(per_sample, aggregate, layers - 1, obs.word),
         provenance={"predicted": dict(provenance or {}), "observed": dict(obs.provenance)},
+        interval=None if interval is None else interval.to_dict(),
     )

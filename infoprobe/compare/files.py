@@ -20,8 +20,12 @@ if TYPE_CHECKING:
     from infoprobe.compare.core import SetComparison
 
 FORMAT = "infoprobe.comparison"
-SCHEMA_VERSION = 3
-"""3: the common header of docs/conventions.md (2 had ``format_version``, no ``created``)."""
+SCHEMA_VERSION = 4
+"""4: bootstrap intervals beside every AUROC and per-layer rate (``<name>_interval``, [...,
+2] lo/hi, null where not available) and each comparison's ``interval`` (method, level,
+n_resamples, seed); 3: the common header of docs/conventions.md (2 had
+``format_version``, no ``created``). Files of schema 2 and 3 are still read (no
+intervals)."""
 AXES = ("layer", "token", "position", "tau")
 """Axes of the arrays a comparison file holds (per layer, per token, membership, sweeps)."""
 
@@ -60,7 +64,7 @@ def write_comparisons(
 
 
 def read_comparisons(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a file written by :func:`write_comparisons` (schema 2 or 3) as a dict,
+    """Read a file written by :func:`write_comparisons` (schema 2 to 4) as a dict,
     validating the fields infoprobe reads back: the header, ``comparisons`` (an object),
     ``headline`` (a list of lines) and ``provenance`` (an object).
 

@@ -21,10 +21,19 @@ def percent(num: Any, den: Any, digits: int = 1) -> str:
     return "n/a" if den == 0 else f"{100.0 * num / den:.{digits}f}%"
 
 
-def _auroc_text(value: np.ndarray | None, layer: int) -> str:
+def interval_text(interval: Any, digits: int = 2) -> str:
+    """`` [lo, hi]`` of an interval (lo, hi), "" when there is none (None or NaN)."""
+    if interval is None or not np.isfinite(np.asarray(interval, dtype=float)).all():
+        return ""
+    lo, hi = (float(v) for v in interval)
+    return f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _auroc_text(value: np.ndarray | None, layer: int, interval: np.ndarray | None) -> str:
     if value is None or not np.isfinite(value[layer]):
         return ""
-    return f"; AUROC {float(value[layer]):.3f}"
+    bounds = None if interval is None else interval[layer]
+    return f"; AUROC {float(value[layer]):.3f}" + interval_text(bounds, 3)
 
 
 def _own_text(own: SetAgreement | None, layer: int, word: str) -> str:
@@ -54,7 +63,7 @@ def layer_verdicts(
                 f"{int(a.n_predicted[layer])}, per sample), "
                 f"{percent(a.violations[layer], a.n_not_predicted[layer])} of the "
                 f"rest ({int(a.violations[layer])} of {int(a.n_not_predicted[layer])})"
-                + _auroc_text(sample.auroc_per_layer, layer)
+                + _auroc_text(sample.auroc_per_layer, layer, sample.auroc_per_layer_interval)
                 + _own_text(per_sample["own"].per_layer, layer, word)
             )
         elif agg is not None and agg.per_layer is not None:
@@ -69,13 +78,15 @@ def layer_verdicts(
                 f"never-predicted positions {word} ({int(a.violations[layer])} of "
                 f"{int(a.n_not_predicted[layer])}); {some_obs} of {some_all} "
                 f"sometimes-predicted positions {word}"
-                + _auroc_text(agg.auroc_per_layer, layer)
+                + _auroc_text(agg.auroc_per_layer, layer, agg.auroc_per_layer_interval)
                 + _own_text(aggregate["own"].per_layer, layer, word)
             )
         else:
             source = sample if sample is not None else agg
-            text = f"layer {layer}: no thresholded sets" + _auroc_text(
-                None if source is None else source.auroc_per_layer, layer
+            text = f"layer {layer}: no thresholded sets" + (
+                ""
+                if source is None
+                else _auroc_text(source.auroc_per_layer, layer, source.auroc_per_layer_interval)
             )
         verdicts.append(text)
     return tuple(verdicts)
@@ -86,7 +97,8 @@ def headline(
 ) -> tuple[str, ...]:
     """One line per layer leading with every instrument's AUROC against ``predictor``
     (controls in brackets), then the primary instrument's set agreement (own positions
-    left out), e.g. ``layer 1: flow AUROC 0.93 (random-init 0.54); decodable AUROC 0.58;
+    left out), each AUROC with its bootstrap interval, e.g. ``layer 1: flow AUROC 0.97
+    [0.96, 0.98] (random-init 0.38 [0.33, 0.43]); decodability AUROC 0.61 [0.58, 0.64];
     61% of predicted positions carried, 3% of the rest``.
 
     comparisons: instrument → predictor → :class:`~infoprobe.compare.core.SetComparison`;
@@ -102,11 +114,11 @@ def headline(
     for layer in range(n_layers + 1):
         parts = []
         for name in main:
-            text = f"{name} AUROC {_fmt(ours[name].auroc(layer))}"
+            text = f"{name} AUROC {_fmt_ci(ours[name], layer)}"
             if name in controls:
                 control = controls[name]
                 label = control.instrument.removeprefix(name).strip(" ()") or "control"
-                text += f" ({label} {_fmt(control.auroc(layer))})"
+                text += f" ({label} {_fmt_ci(control, layer)})"
             parts.append(text)
         if main:
             primary = ours[main[0]]
@@ -125,5 +137,8 @@ def headline(
     return tuple(lines)
 
 
-def _fmt(value: float) -> str:
-    return "n/a" if not np.isfinite(value) else f"{value:.2f}"
+def _fmt_ci(comparison: SetComparison, layer: int) -> str:
+    value = comparison.auroc(layer)
+    if not np.isfinite(value):
+        return "n/a"
+    return f"{value:.2f}" + interval_text(comparison.auroc_interval(layer))

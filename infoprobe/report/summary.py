@@ -14,6 +14,7 @@ from infoprobe import __version__
 from infoprobe.base.header import make_header
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.core import CAVEAT, SetComparison
+from infoprobe.compare.verdicts import interval_text
 from infoprobe.report import answer
 from infoprobe.report.figures import instrument_label
 from infoprobe.report.inputs import (
@@ -27,9 +28,13 @@ from infoprobe.report.inputs import (
 )
 
 FORMAT = "infoprobe.report"
-SCHEMA_VERSION = 3
-"""3: the common header of docs/conventions.md (``schema_version`` instead of
-``format_version``, ``created`` in UTC ``...Z``, ``axes``)."""
+SCHEMA_VERSION = 4
+"""4: bootstrap intervals over samples beside the AUROCs and rates (``answer`` entries
+``auroc_interval``, ``control_auroc_interval``, ``violation_rate_interval``, [lo, hi] or
+null; the comparisons' ``<name>_interval`` fields) and the top-level ``interval`` (method,
+level, n_resamples, seed); 3: the common header of docs/conventions.md
+(``schema_version`` instead of ``format_version``, ``created`` in UTC ``...Z``,
+``axes``)."""
 AXES = ("layer", "token", "position", "tau")
 """Axes of the comparison arrays summary.json holds (per layer, per token, membership
 [layer, token, position], threshold sweeps)."""
@@ -54,6 +59,24 @@ def _per_layer(comparison: SetComparison, metric: str) -> list[float | None]:
     return [None] * (comparison.n_layers + 1)
 
 
+def _per_layer_interval(comparison: SetComparison, metric: str) -> list[Any]:
+    """The bootstrap interval of :func:`_per_layer` (per-sample counts only), else None."""
+    part = comparison.per_sample
+    found = None if part is None else getattr(part["others"], f"{metric}_interval", None)
+    if found is None:
+        return [None] * (comparison.n_layers + 1)
+    return [list(v) if np.isfinite(v).all() else None for v in found]
+
+
+def _interval_settings(inputs: ReportInputs) -> dict[str, Any] | None:
+    """How the intervals were made (the same for every comparison), None without any."""
+    for by_predictor in inputs.comparisons.values():
+        for c in by_predictor.values():
+            if c.interval is not None:
+                return dict(c.interval)
+    return None
+
+
 def build_answer(inputs: ReportInputs) -> dict[str, Any]:
     """What the report leads with (summary.json ``answer``): per instrument and layer the
     AUROC and violation rate of InfoFlow, rollout and InfoFlow against the instrument's
@@ -73,10 +96,19 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "label": instrument_label(name, probe_of(inputs, name)),
             "auroc": {p: [c.auroc(layer) for layer in by_layer] for p, c in by_predictor.items()},
+            "auroc_interval": {
+                p: [c.auroc_interval(layer) for layer in by_layer] for p, c in by_predictor.items()
+            },
             "violation_rate": {p: _per_layer(c, "violation_rate") for p, c in by_predictor.items()},
             "recall": {p: _per_layer(c, "recall") for p, c in by_predictor.items()},
             "control": None if control is None else control.instrument,
             "control_auroc": None if control is None else [control.auroc(x) for x in by_layer],
+            "control_auroc_interval": None
+            if control is None
+            else [control.auroc_interval(x) for x in by_layer],
+            "violation_rate_interval": {
+                p: _per_layer_interval(c, "violation_rate") for p, c in by_predictor.items()
+            },
             "threshold": None if check is None else check.to_dict(),
             "threshold_lines": [],
         }
@@ -112,15 +144,18 @@ def _answer_lines(entry: Mapping[str, Any] | None, layers: Sequence[int]) -> lis
         return []
     out = []
     for layer in layers:
-        auroc = entry["auroc"]["infoflow"][layer]
+        ci = entry.get("auroc_interval") or {}
+        auroc = _num(entry["auroc"]["infoflow"][layer], _at(ci.get("infoflow"), layer))
         extra = []
         if entry["control_auroc"] is not None:
-            extra.append(f"random-init model {_num(entry['control_auroc'][layer])}")
+            control_ci = _at(entry.get("control_auroc_interval"), layer)
+            extra.append(f"random-init model {_num(entry['control_auroc'][layer], control_ci)}")
         if "rollout" in entry["auroc"]:
-            extra.append(f"attention rollout {_num(entry['auroc']['rollout'][layer])}")
+            rollout = _num(entry["auroc"]["rollout"][layer], _at(ci.get("rollout"), layer))
+            extra.append(f"attention rollout {rollout}")
         text = (
             f"layer {layer}: {entry['label']} ranks InfoFlow's predicted positions above "
-            f"the others with AUROC {_num(auroc)}" + (f" ({'; '.join(extra)})" if extra else "")
+            f"the others with AUROC {auroc}" + (f" ({'; '.join(extra)})" if extra else "")
         )
         rate = entry["violation_rate"]["infoflow"][layer]
         if rate is not None:
@@ -150,8 +185,14 @@ def _rollout_lines(entry: Mapping[str, Any] | None, layers: Sequence[int]) -> li
     return out
 
 
-def _num(value: float | None) -> str:
-    return "n/a" if value is None or not np.isfinite(value) else f"{value:.3f}"
+def _at(values: Sequence[Any] | None, layer: int) -> Any:
+    return None if values is None else values[layer]
+
+
+def _num(value: float | None, interval: Sequence[float] | None = None) -> str:
+    if value is None or not np.isfinite(value):
+        return "n/a"
+    return f"{value:.3f}" + interval_text(interval, 3)
 
 
 def _pct(value: float | None) -> str:
@@ -167,6 +208,7 @@ def build_summary(inputs: ReportInputs, figure_meta: Mapping[str, Mapping[str, s
             "notes": dict(inputs.notes),
             "caveat": CAVEAT,
             "headline": list(inputs.headline),
+            "interval": _interval_settings(inputs),
             "answer": build_answer(inputs),
             "comparisons": {
                 inst: {pred: c.to_dict() for pred, c in by_pred.items()}

@@ -38,12 +38,48 @@ def format_value(value: Any, kind: CellKind) -> str:
     return str(value)
 
 
+INTERVAL_KEYS = (
+    ("/auroc_per_layer/", "/auroc_per_layer_interval/"),
+    ("/per_layer/recall/", "/recall_interval/"),
+    ("/per_layer/violation_rate/", "/violation_rate_interval/"),
+    ("/control_auroc/", "/control_auroc_interval/"),
+    ("/auroc/", "/auroc_interval/"),
+    ("/violation_rate/", "/violation_rate_interval/"),
+)
+"""Where the bootstrap interval of a number lives in summary.json: its key with the first
+matching segment replaced."""
+
+
+def interval_key(key: str) -> str | None:
+    """The summary.json key of the interval of the number at ``key`` (None if none)."""
+    for old, new in INTERVAL_KEYS:
+        if old in f"/{key}":
+            return f"/{key}".replace(old, new, 1)[1:]
+    return None
+
+
+def _interval(summary: Mapping[str, Any], key: str) -> list[float] | None:
+    found = interval_key(key)
+    if found is None or not _resolvable(summary, found):
+        return None
+    value = _lookup(summary, found)
+    ok = isinstance(value, list) and len(value) == 2 and all(v is not None for v in value)
+    return value if ok else None
+
+
 def cell(summary: Mapping[str, Any], key: str, kind: CellKind, css: str = "num") -> str:
-    """A table cell showing summary[key], tagged with its key and exact JSON value."""
+    """A table cell showing summary[key], tagged with its key and exact JSON value; with
+    its bootstrap interval beside it (``data-interval``) where summary.json holds one."""
     value = _lookup(summary, key)
+    text = format_value(value, kind)
+    interval = _interval(summary, key) if value is not None else None
+    extra = ""
+    if interval is not None:
+        text += f" [{format_value(interval[0], kind)}, {format_value(interval[1], kind)}]"
+        extra = f' data-interval="{escape(json.dumps(interval))}"'
     return (
         f'<td class="{css}" data-key="{escape(key)}" '
-        f'data-value="{escape(json.dumps(value))}">{escape(format_value(value, kind))}</td>'
+        f'data-value="{escape(json.dumps(value))}"{extra}>{escape(text)}</td>'
     )
 
 
