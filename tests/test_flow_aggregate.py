@@ -61,7 +61,7 @@ def test_share_ranks_always_carried_above_rarely_carried_and_the_mean_does_not(h
 
 
 def test_the_file_serves_the_same_share(handset_flow, tmp_path):
-    x, result = handset_flow
+    x, _ = handset_flow
     path = tmp_path / "influence.h5"
     write_influence(path, handset_model(T, D), x[:64], progress=False)
     inf = read_influence(path)

@@ -355,9 +355,9 @@ class Compared:
     comparisons: dict[str, dict[str, SetComparison]]
     rollout: Rollout | None
     table: Crosstab | None
+    heads: ObservedProgram | None = None
     null_rule: dict[str, Any] | None = None
     """The null rule's per-layer counts (:func:`infoprobe.compare.null.null_summary`)."""
-    heads: ObservedProgram | None = None
 
     def headline(self) -> tuple[str, ...]:
         return headline(self.comparisons)
@@ -367,8 +367,8 @@ class Compared:
         return {
             "headline": list(self.headline()),
             "crosstab": None if self.table is None else self.table.to_dict(),
-            "null_rule": self.null_rule,
             "heads": None if self.heads is None else self.heads.to_dict(),
+            "null_rule": self.null_rule,
         }
 
 
@@ -417,7 +417,7 @@ def compare_sources(
     summary = None
     if null_q is not None:
         summary = null_rule(sources.instruments, sources.predicted, null_q)[1]
-    return Compared(comparisons, rolled, table, heads, summary)
+    return Compared(comparisons, rolled, table, heads=heads, null_rule=summary)
 
 
 def checkpoint_history(
