@@ -147,3 +147,47 @@ def test_q_outside_the_unit_interval_is_refused():
     for q in (0.0, 1.0, -0.1):
         with pytest.raises(Exception, match="q must lie"):
             benjamini_hochberg(np.array([0.1]), q)
+
+
+@pytest.fixture(scope="module")
+def report_files(tmp_path_factory):
+    from test_report import write_pipeline_files
+
+    return write_pipeline_files(tmp_path_factory.mktemp("files"))
+
+
+def test_report_shows_both_rules_with_the_counts_it_stores(report_files, tmp_path, monkeypatch):
+    import json
+    import re
+
+    from test_bad_input import run_command
+
+    files, out = report_files, tmp_path / "report"
+    argv = [str(files / "pred.h5"), str(files / "probes.h5"), "--cache", str(files / "acts.h5"),
+            "--null-q", "0.2", "--out", str(out)]  # fmt: skip
+    assert run_command(monkeypatch, "report", argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    null = summary["null_rule"]
+    assert null["q"] == 0.2 and null["instruments"]
+    page = (out / "report.html").read_text()
+    assert "null rule (BH)" in page and "fixed threshold" in page
+    cells = dict(re.findall(r'data-key="(null_rule/[^"]+/marked/[0-9]+)"[^>]*>([^<]*)</td>', page))
+    expected = {}  # every (instrument, scope, rule, layer) count, read from the JSON
+    for name, entry in null["instruments"].items():
+        for scope in ("aggregate", "per_sample"):
+            for rule, counts in (entry.get(scope) or {}).items():
+                for layer, count in enumerate(counts["marked"]):
+                    expected[f"null_rule/instruments/{name}/{scope}/{rule}/marked/{layer}"] = count
+    assert {"fixed", "null"} <= {key.split("/")[4] for key in expected}
+    assert {key: int(text) for key, text in cells.items()} == expected
+
+
+@pytest.mark.parametrize("q", ["0", "1", "1.5", "-0.1"])
+def test_a_null_q_outside_0_1_is_one_line_and_writes_nothing(
+    q, report_files, tmp_path, monkeypatch, capsys
+):
+    from test_bad_input import assert_refused
+
+    argv = [str(report_files / "pred.h5"), str(report_files / "probes.h5"),
+            "--null-q", q, "--out", str(tmp_path / "c.json")]  # fmt: skip
+    assert_refused(monkeypatch, capsys, tmp_path, "compare", argv, ["--null-q"])

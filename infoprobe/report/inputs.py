@@ -52,6 +52,8 @@ class ReportInputs:
     probe: the probe family of the decodability instrument (named in titles).
     exponent: InfoFlow's cost exponent: ``alpha`` (α(T) in words), ``at_T`` (its value at
     the run's T), ``T``, ``E``, ``verdict``; None: not shown.
+    null_rule: the null rule's per-layer counts beside the fixed threshold's
+        (:func:`infoprobe.compare.null.null_summary`); None: not applied.
     """
 
     comparisons: Mapping[str, Mapping[str, SetComparison]]
@@ -70,6 +72,7 @@ class ReportInputs:
     violations: ViolationSources | None = None
     probe: str | None = None
     exponent: Mapping[str, Any] | None = None
+    null_rule: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.predicted = np.asarray(self.predicted)
@@ -161,6 +164,7 @@ def from_sources(
         table=compared.table,
         heads=compared.heads,
         headline=compared.headline(),
+        null_rule=compared.null_rule,
         patterns=[] if sources.patterns is None else [p[shown] for p in sources.patterns],
         pattern_samples=shown if sources.patterns is not None else [],
         n_sample_views=n_sample_views,

@@ -23,6 +23,7 @@ from infoprobe.report.tables import (
     heads_table,
     layer_table,
     notes_table,
+    null_rule_table,
     predictor_table,
 )
 
@@ -169,6 +170,7 @@ def render_html(summary: Summary, figures: Pngs) -> str:
         *headline_section(summary),
         *verdicts_section(summary),
         *crosstab_section(summary),
+        *null_rule_section(summary),
         *heads_section(summary),
         *predictors_section(summary),
         *figures_section(summary, figures),
@@ -226,6 +228,30 @@ def crosstab_section(summary: Summary) -> list[str]:
         "instruments.</p>",
         crosstab_table(summary),
     ]
+
+
+def null_rule_section(summary: Summary) -> list[str]:
+    """The fixed-threshold membership rule beside the null rule, per instrument."""
+    null = summary.get("null_rule")
+    if not null or not null.get("instruments"):
+        return []
+    parts = [
+        "<h2>Membership: fixed threshold and null rule</h2>",
+        "<p>Two rules for which cells an instrument marks as carrying x(s). The fixed "
+        "threshold is the instrument's own, fixed before comparing. The null rule gives "
+        "each cell a p-value against a null and keeps the cells Benjamini–Hochberg "
+        f"accepts across the whole grid at q = {float(null['q']):g}, fixed in advance "
+        "(docs/report.md, section Membership against a null). Marked is decodable or "
+        "moving, not used.</p>",
+    ]
+    for instrument, entry in null["instruments"].items():
+        parts.append(
+            f"<h3>{escape(instrument)}</h3><p class='muted'>null: {escape(str(entry['null']))}</p>"
+        )
+        for scope, label in (("aggregate", "aggregate sets"), ("per_sample", "per sample")):
+            if entry.get(scope):
+                parts += [f"<p>{label}</p>", null_rule_table(summary, instrument, scope)]
+    return parts
 
 
 def heads_section(summary: Summary) -> list[str]:

@@ -200,6 +200,31 @@ def crosstab_table(summary: Mapping[str, Any]) -> str:
     return _table(header, rows)
 
 
+NULL_RULES = {"fixed": "fixed threshold", "null": "null rule (BH)"}
+NULL_COLUMNS: tuple[tuple[str, str, CellKind], ...] = (
+    ("cells marked", "marked", "count"),
+    ("of InfoFlow's predicted cells", "share_predicted_marked", "rate"),
+    ("of the other cells", "share_others_marked", "rate"),
+)
+
+
+def null_rule_table(summary: Mapping[str, Any], instrument: str, scope: str) -> str:
+    """Per layer, the (token, position ≠ t) cells each membership rule marks ("aggregate")
+    or the (sample, token, position ≠ t) cells ("per_sample"), and their shares among
+    InfoFlow's predicted and other cells."""
+    key = f"null_rule/instruments/{instrument}/{scope}"
+    entry = _lookup(summary, key)
+    header = ["layer", "rule", *(label for label, _, _ in NULL_COLUMNS)]
+    rows = []
+    for layer in range(len(next(iter(entry.values()))["marked"])):
+        for rule in entry:
+            cells = [f'<td class="num">{layer}</td>', f"<td>{escape(NULL_RULES[rule])}</td>"]
+            cells += [cell(summary, f"{key}/{rule}/{field}/{layer}", kind)
+                      for _, field, kind in NULL_COLUMNS]  # fmt: skip
+            rows.append(f"<tr>{''.join(cells)}</tr>")
+    return _table(header, rows)
+
+
 HEAD_COLUMNS: tuple[tuple[str, str, CellKind], ...] = (
     ("observed mode", "mode", "text"),
     ("top-1 mass", "top1", "auroc"),
