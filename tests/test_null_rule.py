@@ -191,3 +191,20 @@ def test_a_null_q_outside_0_1_is_one_line_and_writes_nothing(
     argv = [str(report_files / "pred.h5"), str(report_files / "probes.h5"),
             "--null-q", q, "--out", str(tmp_path / "c.json")]  # fmt: skip
     assert_refused(monkeypatch, capsys, tmp_path, "compare", argv, ["--null-q"])
+
+
+def test_run_applies_the_null_q_it_is_given_and_refuses_one_outside_0_1(
+    tmp_path, monkeypatch, capsys
+):
+    import json
+
+    from test_bad_input import TRAIN, assert_refused, run_command
+
+    out = tmp_path / "run"
+    argv = [*TRAIN, "--n-cache", "200", "--null-q", "0.2", "--out", str(out)]
+    assert run_command(monkeypatch, "run", argv) == 0
+    assert json.loads((out / "comparison.json").read_text())["null_rule"]["q"] == 0.2
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["stages"]["compare"]["key"]["null_q"] == 0.2
+    bad = [*TRAIN, "--n-cache", "200", "--null-q", "1.5", "--out", str(tmp_path / "bad")]
+    assert_refused(monkeypatch, capsys, tmp_path, "run", bad, ["null_q", "1.5"])

@@ -51,7 +51,7 @@ what the network reads from it.
 """
 
 
-ANALYSIS_OPTIONS = ("n_cache", "sites", "probe", "batch_size", "rollout")
+ANALYSIS_OPTIONS = ("n_cache", "sites", "probe", "batch_size", "rollout", "null_q")
 """The RunSettings fields that are options of ``run`` and ``probe-checkpoint`` (the device
 is ``run``'s training device, or ``probe-checkpoint``'s own option)."""
 

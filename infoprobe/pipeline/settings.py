@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
+from infoprobe.compare.null import NULL_Q
 from infoprobe.hooks import layer_sites, resolve_sites
 from infoprobe.hooks.sites import check_site_spec
 from infoprobe.influence import InfluenceSettings
@@ -36,6 +37,8 @@ class RunSettings:
             probes' test samples, with ``influence`` settings (docs/influence.md)
         influence: the flow stages' :class:`InfluenceSettings`
         device: torch device of the analysis stages
+        null_q: false-discovery rate of the null rule beside the fixed thresholds
+            (Benjamini–Hochberg over the grid; docs/report.md), 0 < q < 1
     """
 
     n_cache: int = field(default=8192, metadata={"cli": {"metavar": "N"}})
@@ -46,6 +49,7 @@ class RunSettings:
     flow: bool = True
     influence: InfluenceSettings = field(default_factory=InfluenceSettings)
     device: str = CacheSettings.device
+    null_q: float = NULL_Q
 
     def __post_init__(self) -> None:
         """Validate every setting before any stage touches a file."""
@@ -59,6 +63,14 @@ class RunSettings:
         if not isinstance(self.influence, InfluenceSettings):
             raise RunFolderError(
                 f"RunSettings.influence: expected InfluenceSettings, got {self.influence!r}"
+            )
+        if (
+            isinstance(self.null_q, bool)
+            or not isinstance(self.null_q, int | float)
+            or not (0.0 < self.null_q < 1.0)
+        ):
+            raise RunFolderError(
+                f"RunSettings.null_q (--null-q): expected a number in (0, 1), got {self.null_q!r}"
             )
         self.probes.split(self.n_cache)  # raises when the probes' split would be too small
 

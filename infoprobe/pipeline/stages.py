@@ -8,6 +8,7 @@ from pathlib import Path
 from infoprobe.attention.rollout import RolloutConfig
 from infoprobe.compare.files import FORMAT as COMPARISON_FORMAT
 from infoprobe.compare.files import write_comparisons
+from infoprobe.compare.null import NULL_Q
 from infoprobe.compare.sources import checkpoint_history, compare_sources, load_sources
 from infoprobe.hooks import FORMAT as CACHE_FORMAT
 from infoprobe.influence import influence_for_cache
@@ -26,10 +27,17 @@ FLOW_FILES = ("flow.h5", "flow-random-init.h5")
 
 
 def compare_and_report(
-    folder: Path, ckpt_dir: Path, report_dir: Path, *, rollout: bool, flow: bool
+    folder: Path,
+    ckpt_dir: Path,
+    report_dir: Path,
+    *,
+    rollout: bool,
+    flow: bool,
+    null_q: float | None = NULL_Q,
 ) -> Path:
     """Compare predicted and observed sets once; write comparison.json and the report.
-    ``rollout``: also compare attention rollout; ``flow``: read the flow files."""
+    ``rollout``: also compare attention rollout; ``flow``: read the flow files; ``null_q``:
+    the null rule's false-discovery rate (None: no null rule)."""
     sources = load_sources(
         folder / "pred.h5",
         folder / "probes.h5",
@@ -38,7 +46,7 @@ def compare_and_report(
         want_patterns=True,
     )
     history, ckpt_prov = checkpoint_history(ckpt_dir, sources)
-    compared = compare_sources(sources, RolloutConfig() if rollout else None)
+    compared = compare_sources(sources, RolloutConfig() if rollout else None, null_q=null_q)
     extra_prov = {f"checkpoint ({ckpt_dir})": ckpt_prov}
     inputs = from_sources(
         sources,
@@ -89,6 +97,7 @@ def analysis_stages(
         "probe": probe_key,
         "flow": [flow_key, flow_control_key] if settings.flow else None,
         "rollout": settings.rollout,
+        "null_q": settings.null_q,
     }
     quiet = not folder.progress
 
@@ -164,7 +173,12 @@ def analysis_stages(
             "report",
             report_key,
             build=lambda out: compare_and_report(
-                path, ckpt_dir, out, rollout=settings.rollout, flow=settings.flow
+                path,
+                ckpt_dir,
+                out,
+                rollout=settings.rollout,
+                flow=settings.flow,
+                null_q=settings.null_q,
             ),
             also_writes=("comparison.json",),
             kinds={"report": REPORT_FORMAT, "comparison.json": COMPARISON_FORMAT},
