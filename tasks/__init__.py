@@ -4,13 +4,24 @@
     task = make_task("intrinsic-dim", T=16, D=2, seed=0)
     x, y = task.sample(256, np.random.default_rng(0))   # x [n, T, d], y [n, d_out] float32
 
-A leaf pillar: imports nothing from the rest of infoprobe.
+Your own task: subclass Task and decorate it with ``@register_task`` (this process), or
+list it in the entry-point group ``infoprobe.tasks`` (every process); docs/tasks.md.
+A leaf pillar: imports nothing from the rest of infoprobe but infoprobe.base.
 """
 
+from .checks import RESERVED_PARAMETERS
 from .errors import TaskError
 from .pairwise import IntrinsicDim, PairwiseMin
 from .positional import AggregateDecode, FixedPositions
-from .registry import TASKS, make_task, task_class, task_from_dict
+from .registry import (
+    TASKS,
+    discover_plugins,
+    make_task,
+    register_task,
+    task_class,
+    task_from_dict,
+    unregister_task,
+)
 from .retrieval import DRetrieval, KthLargest
 from .spec import Task
 from .structure import ORIENTATIONS, QUERY_GROUPS, Comparison, ComparisonStructure, Stage
@@ -19,6 +30,7 @@ from .triangle import Triangle
 __all__ = [
     "ORIENTATIONS",
     "QUERY_GROUPS",
+    "RESERVED_PARAMETERS",
     "TASKS",
     "AggregateDecode",
     "Comparison",
@@ -32,7 +44,10 @@ __all__ = [
     "Task",
     "TaskError",
     "Triangle",
+    "discover_plugins",
     "make_task",
+    "register_task",
     "task_class",
     "task_from_dict",
+    "unregister_task",
 ]

@@ -34,6 +34,10 @@ class Task:
 
     # ---- construction and validation -------------------------------------------------
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(f.default, tuple) and isinstance(value, list):
+                object.__setattr__(self, f.name, tuple(value))  # JSON lists back to tuples
         self._require_int("seed", minimum=0)
         self._validate()
 

@@ -70,6 +70,17 @@ class Stage:
     def __post_init__(self) -> None:
         if self.group not in QUERY_GROUPS:
             raise TaskError(f"Stage.group must be one of {QUERY_GROUPS}, got {self.group!r}")
+        if not callable(self.score):
+            raise TaskError(
+                f"Stage.score must be a callable score(q, k) -> [n, Q, K], got {self.score!r}"
+            )
+        counts = (self.reads_query, self.reads_key, self.rank)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in counts):
+            raise TaskError(
+                "Stage reads_query, reads_key and rank must be integers, got "
+                f"reads_query={self.reads_query!r}, reads_key={self.reads_key!r}, "
+                f"rank={self.rank!r}"
+            )
         if self.reads_key < 1 or self.reads_query < 0 or self.rank < 1:
             raise TaskError(
                 "Stage needs reads_key >= 1, reads_query >= 0 and rank >= 1, got "
@@ -101,8 +112,21 @@ class Comparison:
     mirror: "Comparison | None" = None
 
     def __post_init__(self) -> None:
-        if self.order < 1:
-            raise TaskError(f"Comparison {self.label!r}: order must be >= 1, got {self.order}")
+        if not isinstance(self.label, str) or not self.label:
+            raise TaskError(f"Comparison.label must be a non-empty string, got {self.label!r}")
+        for field, value in (("order", self.order), ("tuples", self.tuples)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TaskError(
+                    f"Comparison {self.label!r}: {field} must be an integer >= 1, got {value!r}"
+                )
+        stages = self.stages
+        if not isinstance(stages, tuple | list) or not all(isinstance(s, Stage) for s in stages):
+            raise TaskError(
+                f"Comparison {self.label!r}: stages must be a tuple of Stage, got {stages!r}"
+            )
+        object.__setattr__(self, "stages", tuple(stages))
+        if self.positions is not None:
+            self._check_positions()
         if self.positions is not None and self.stages:
             raise TaskError(
                 f"Comparison {self.label!r}: declare either stages or positions, not both"
@@ -123,6 +147,60 @@ class Comparison:
                 "tuples and stage shapes (groups, reads, ranks); only the scores differ"
             )
 
+    def _check_positions(self) -> None:
+        raw = self.positions
+        if (
+            not isinstance(raw, tuple | list)
+            or not raw
+            or any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in raw)
+        ):
+            raise TaskError(
+                f"Comparison {self.label!r}: positions must be a non-empty tuple of integers "
+                f">= 0, got {raw!r}"
+            )
+        if len(set(raw)) != len(raw):
+            raise TaskError(f"Comparison {self.label!r}: positions must be distinct, got {raw!r}")
+        object.__setattr__(self, "positions", tuple(raw))
+
+    def _check_reads(self) -> None:
+        """Every stage reads at most what its query's and its keys' chains hold when it
+        runs: a data token's chain starts as [t], CLS's empty; a data stage doubles the
+        data chains, a CLS stage appends a key's data chain to CLS's."""
+        held = {"data": 1, "cls": 0}
+        for j, stage in enumerate(self.stages, 1):
+            for side, reads, chain in (
+                ("query", stage.reads_query, held[stage.group]),
+                ("key", stage.reads_key, held["data"]),
+            ):
+                if reads > chain:
+                    raise TaskError(
+                        f"Comparison {self.label!r}: stage {j} ({stage.group}) reads {reads} "
+                        f"input(s) of each {side} but the {side}'s chain holds {chain} when "
+                        "it runs (a data chain starts as [t], CLS's empty; each stage appends "
+                        "the retrieved key's data chain to its query's): lower "
+                        f"reads_{side} or add the stage that gathers them first"
+                    )
+            held[stage.group] += held["data"]
+
+    def check_fits(self, T: int) -> None:
+        """Raise TaskError unless the engine can run this comparison on T data tokens:
+        every stage reads at most what its chains hold (see :meth:`_check_reads`),
+        positions < T, and a rank-k stage has at least k keys (T, or T-1 with
+        ``exclude_self``)."""
+        self._check_reads()
+        if self.positions is not None and max(self.positions) >= T:
+            raise TaskError(
+                f"Comparison {self.label!r}: positions must be 0-based data positions < T={T}, "
+                f"got {list(self.positions)}"
+            )
+        for j, stage in enumerate(self.stages, 1):
+            keys = T - 1 if stage.exclude_self and stage.group == "data" else T
+            if stage.rank > keys:
+                raise TaskError(
+                    f"Comparison {self.label!r}: stage {j} retrieves the key of rank "
+                    f"{stage.rank} but has only {keys} key(s) at T={T}"
+                )
+
     @property
     def selects_by_position(self) -> bool:
         return self.positions is not None
@@ -134,6 +212,27 @@ class ComparisonStructure:
 
     comparisons: tuple[Comparison, ...]
     combine: str = ""
+
+    def __post_init__(self) -> None:
+        comps = self.comparisons
+        if (
+            not isinstance(comps, tuple | list)
+            or not comps
+            or not all(isinstance(c, Comparison) for c in comps)
+        ):
+            raise TaskError(
+                "ComparisonStructure.comparisons must be a non-empty tuple of Comparison, "
+                f"got {comps!r}"
+            )
+        object.__setattr__(self, "comparisons", tuple(comps))
+
+    def check_fits(self, T: int) -> None:
+        """Raise TaskError naming the first comparison that cannot run on T data tokens
+        (:meth:`Comparison.check_fits`; a mirror is checked with its comparison)."""
+        for c in self.comparisons:
+            c.check_fits(T)
+            if c.mirror is not None:
+                c.mirror.check_fits(T)
 
     @property
     def order(self) -> int:

@@ -1,8 +1,11 @@
 """Command-line options for choosing a task and its parameters (shared by every command).
 
-Each parameter any registered task declares becomes one option (``--T 16 --D 2``);
-the task's own ``seed`` is ``--task-seed`` so it never clashes with a training seed.
-Only the options a user gives are passed on, so each task keeps its own defaults.
+Each parameter any registered task declares (built-in, registered from Python, or from
+an entry point of group ``infoprobe.tasks``; listing the tasks imports those once) becomes
+one option (``--T 16 --D 2``) whose type follows its default
+(:func:`infoprobe.tasks.checks.cli_kind`); the task's own ``seed`` is ``--task-seed`` so
+it never clashes with a training seed. Only the options a user gives are passed on, so
+each task keeps its own defaults.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Any
 
 from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import finite_float, seed
-from infoprobe.tasks import TASKS, Task, make_task
+from infoprobe.tasks import TASKS, Task, TaskError, discover_plugins, make_task, task_class
+from infoprobe.tasks.checks import cli_kind, field_default
 
 TASK_SEED = "task_seed"
 
@@ -36,14 +40,28 @@ def _parse_ints(text: str) -> tuple[int, ...]:
         ) from None
 
 
+CONVERTERS = {
+    "bool": (_parse_bool, "BOOL"),
+    "ints": (_parse_ints, "I,J,.."),
+    "float": (finite_float, "FLOAT"),
+    "str": (str, "TEXT"),
+    "int": (int, "INT"),
+}
+"""Option kind (:func:`infoprobe.tasks.checks.cli_kind`) -> (argparse type, metavar)."""
+
+
 def _converter(default: Any):
-    if isinstance(default, bool):
-        return _parse_bool, "BOOL"
-    if isinstance(default, tuple):
-        return _parse_ints, "I,J,.."
-    if isinstance(default, float):
-        return finite_float, "FLOAT"
-    return int, "INT"
+    return CONVERTERS[cli_kind(default) or "int"]
+
+
+def _task_name(text: str) -> str:
+    """``--task``'s type: a task whose entry point failed says why, before other errors."""
+    if text not in TASKS and text in discover_plugins():
+        try:
+            task_class(text)
+        except TaskError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def task_parameters() -> dict[str, tuple[Any, list[str]]]:
@@ -53,7 +71,8 @@ def task_parameters() -> dict[str, tuple[Any, list[str]]]:
         for f in dataclasses.fields(cls):
             if f.name == "seed":
                 continue
-            default = f.default if f.default is not dataclasses.MISSING else 0
+            default = field_default(f)
+            default = 0 if default is dataclasses.MISSING else default
             params.setdefault(f.name, (default, []))[1].append(name)
     return params
 
@@ -65,7 +84,15 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, required: bool = True
         "the task and its parameters (unset parameters keep the task's defaults; "
         "see docs/tasks.md)",
     )
-    group.add_argument("--task", required=required, choices=sorted(TASKS), help="task name")
+    failed = discover_plugins()
+    unavailable = f"; unavailable (their entry points failed): {', '.join(sorted(failed))}"
+    group.add_argument(
+        "--task",
+        required=required,
+        type=_task_name,
+        choices=sorted(TASKS),
+        help="task name" + (unavailable if failed else ""),
+    )
     for pname, (default, users) in task_parameters().items():
         convert, metavar = _converter(default)
         group.add_argument(
@@ -87,7 +114,7 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, required: bool = True
 
 def task_from_args(args: argparse.Namespace) -> Task:
     """Build the task named by ``args.task`` from the parameters the user set."""
-    cls = TASKS[args.task]
+    cls = task_class(args.task)
     params = {}
     for f in dataclasses.fields(cls):
         key = TASK_SEED if f.name == "seed" else f.name

@@ -46,9 +46,12 @@ def resolve_orientation(task: Task, orientation: str | Sequence[str] | None) -> 
 
 def oriented_structure(task: Task, orientation: Sequence[str]) -> ComparisonStructure:
     """The task's comparison structure, comparison i resolved as ``orientation[i]``
-    ("declared" or "mirrored")."""
+    ("declared" or "mirrored"); InfoFlowError naming the comparison if the engine cannot
+    run it at the task's T (``ComparisonStructure.check_fits``)."""
     try:
-        return task.structure().oriented(tuple(orientation))
+        structure = task.structure()
+        structure.check_fits(task.T)
+        return structure.oriented(tuple(orientation))
     except TaskError as err:
         raise InfoFlowError(f"task {task.name}: {err}") from None
 
