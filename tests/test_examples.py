@@ -34,3 +34,10 @@ def test_probe_checkpoint_then_compare_sets_examples(tmp_path):
     assert "== infoflow vs flow" in out and "== rollout vs decodability" in out
     # one line per instrument (flow, its random-init control, decodability) and layer 0..2
     assert out.count("violations,") == 9
+
+
+def test_own_task_example(tmp_path):
+    out = run_example("own_task.py", "--out", str(tmp_path / "r"), "--steps", "10", "--n", "100")
+    assert "Python: efficient, alpha(8) = 1, minimum heads (1, 1)" in out
+    assert "verdict: inefficient" in out and "max(1, 0.125*T - 1)" in out  # heads 2: one layer
+    assert "run exit status 0" in out and (tmp_path / "r" / "report" / "report.html").is_file()
