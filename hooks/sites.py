@@ -158,7 +158,9 @@ def resolve_sites(valid: Iterable[str], sites: str | Sequence[str]) -> list[str]
         valid: every hook name of the model (``model.hook_dict`` or its keys).
         sites: comma-separated string or list of tokens; each token is a preset
             (``residual``, ``attention``, ``layers``, ``all``), ``re:<regex>`` (every hook
-            whose name contains a match) or an exact hook name.
+            whose name contains a match) or an exact hook name. A preset may select nothing
+            (``attention`` on a model that hides its attention weights); a regex or a name
+            must select something, and so must the whole spec.
 
     Raises:
         UnknownSiteError: a token is not a preset or valid name, or selects nothing; the
@@ -182,7 +184,11 @@ def resolve_sites(valid: Iterable[str], sites: str | Sequence[str]) -> list[str]
             found, what = [token], token
         else:
             raise UnknownSiteError(f"unknown hook site {token!r}: {_valid_help(valid)}")
-        if not found:
+        if not found and token not in PRESET_PATTERNS:
             raise UnknownSiteError(f"{what} selects no hook of this model: {_valid_help(valid)}")
         chosen.update(found)
+    if not chosen:
+        raise UnknownSiteError(
+            f"sites {sites!r} select no hook of this model: {_valid_help(valid)}"
+        )
     return [name for name in valid if name in chosen]

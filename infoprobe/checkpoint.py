@@ -5,6 +5,11 @@
 task spec (with its seed), the training config, the metrics history, package versions
 and the SHA-256 of the weights file, so a checkpoint is self-describing and its weights
 are verified on load. Schema 1 checkpoints (version in ``format_version``) are still read.
+
+The model is infoprobe's :class:`InfoFlowTransformer` (``model_config`` holds its
+:class:`ModelConfig`) or one built by the user's own code: then ``model_config`` names a
+factory (:class:`infoprobe.foreign.ForeignConfig`, docs/own-model.md) and the weights are
+that module's ``state_dict``.
 """
 
 from __future__ import annotations
@@ -19,20 +24,25 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file, save_file
+from transformer_lens import HookedRootModule
 
 from infoprobe import __version__
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.errors import UsageError, UserError
 from infoprobe.base.header import check_header, make_header
+from infoprobe.foreign.check import check_foreign_model
+from infoprobe.foreign.config import ForeignConfig, build_model, config_from_dict, weights_module
+from infoprobe.foreign.errors import ForeignModelError
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
 if TYPE_CHECKING:  # hub → pillar; imported at run time only where needed
     from infoprobe.tasks import Task
 
 FORMAT = "infoprobe.checkpoint"
-SCHEMA_VERSION = 2
-"""2: the common header (``schema_version``, UTC ``created``, ``axes``); schema 1 kept its
-version in ``format_version`` and a local ``created``, and is still read."""
+SCHEMA_VERSION = 3
+"""3: ``model_config`` may name a factory (a model built by the user's code); 2: the
+common header (``schema_version``, UTC ``created``, ``axes``); schema 1 kept its version in
+``format_version`` and a local ``created``, and is still read."""
 READABLE = range(1, SCHEMA_VERSION + 1)
 WEIGHTS = "model.safetensors"
 META = "checkpoint.json"
@@ -78,9 +88,9 @@ class Checkpoint:
     """A loaded checkpoint; unpacks as ``model, task = load_checkpoint(path)``."""
 
     path: Path
-    model: InfoFlowTransformer
+    model: InfoFlowTransformer | HookedRootModule
     task: Task
-    model_config: ModelConfig
+    model_config: ModelConfig | ForeignConfig
     meta: dict = field(repr=False)
 
     @property
@@ -97,9 +107,10 @@ class Checkpoint:
 
 def save_checkpoint(
     path: str | Path,
-    model: InfoFlowTransformer,
+    model: torch.nn.Module,
     task: Task,
     *,
+    config: ForeignConfig | None = None,
     train_config: dict | None = None,
     history: list[dict] | None = None,
     metrics: dict | None = None,
@@ -107,22 +118,49 @@ def save_checkpoint(
 ) -> Path:
     """Write ``model`` (weights), ``task`` (spec) and training records to folder ``path``.
 
-    The folder is assembled under a temporary name and renamed into place, so a crash
-    never leaves a half checkpoint. Refuses an existing ``path`` unless ``overwrite``.
+    ``model`` is an :class:`InfoFlowTransformer`, or a model built by the user's code with
+    its ``config`` (:class:`ForeignConfig`: the factory that builds it, its sites and
+    architecture; the model is checked against it on two samples of ``task``). The folder
+    is assembled under a temporary name and renamed into place, so a crash never leaves a
+    half checkpoint. Refuses an existing ``path`` unless ``overwrite``.
     """
     path = Path(path)
-    check_task_fits(task, model.cfg, path)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if config is None and not isinstance(model, InfoFlowTransformer):
+        raise UsageError(
+            f"save_checkpoint: {type(model).__name__} is not infoprobe's model; pass "
+            "config=ForeignConfig(factory=..., sites=..., heads=..., ...) (docs/own-model.md)"
+        )
+    cfg = model.cfg if config is None else config
+    check_task_fits(task, cfg, path)
+    module = weights_module(model)
+    state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
     with torch.random.fork_rng(devices=[]):  # a fresh model's tensors, the RNG untouched
-        expected = InfoFlowTransformer(model.cfg).state_dict()
+        try:
+            fresh = build_model(cfg)
+        except ForeignModelError as err:
+            raise CheckpointError(f"model to save as {path}: {err}") from None
+    expected = weights_module(fresh).state_dict()
+    names = (sorted(set(expected) - set(state)), sorted(set(state) - set(expected)))
+    if any(names):
+        raise CheckpointError(
+            f"model to save as {path}: its tensors differ from those the factory "
+            f"{getattr(cfg, 'factory', 'InfoFlowTransformer')!r} builds: missing {names[0]}, "
+            f"unexpected {names[1]}"
+        )
     check_tensors(state, expected, f"model to save as {path}")
+    if isinstance(cfg, ForeignConfig):
+        weights_module(fresh).load_state_dict(state)
+        try:
+            check_foreign_model(fresh, cfg, task)
+        except ForeignModelError as err:
+            raise CheckpointError(f"model to save as {path}: {err}") from None
     with atomic_output(
         path, overwrite=overwrite, directory=True, what="checkpoint", kind=FORMAT
     ) as tmp:
         save_file(state, str(tmp / WEIGHTS))
         meta = {
             **make_header(FORMAT, SCHEMA_VERSION),
-            "model_config": model.cfg.to_dict(),
+            "model_config": cfg.to_dict(),
             "task": task.to_dict(),
             "train_config": train_config or {},
             "history": history or [],
@@ -154,7 +192,10 @@ def read_checkpoint_meta(path: str | Path, *, require_task: bool = True) -> dict
         raise CheckpointError(f"{meta_path}: expected a JSON object, got {type(meta).__name__}")
     missing = [name for name in REQUIRED_FIELDS if name not in meta]
     if missing:
-        raise CheckpointError(f"{meta_path}: missing field(s) {missing}")
+        hint = ""
+        if "weights_sha256" in missing and (path / WEIGHTS).is_file():
+            hint = f" (the SHA-256 of {WEIGHTS} here is {file_sha256(path / WEIGHTS)})"
+        raise CheckpointError(f"{meta_path}: missing field(s) {missing}{hint}")
     if require_task and "task" not in meta:
         raise CheckpointError(f"{meta_path}: missing field(s) ['task']: {NO_TASK_HINT}")
     if meta["format"] != FORMAT:
@@ -239,8 +280,12 @@ def load_checkpoint(
             f"'weights_sha256' {meta['weights_sha256'][:12]}… (truncated or replaced file)"
         )
     cfg = _model_config(meta, path / META)
-    model = InfoFlowTransformer(cfg)
-    model.load_state_dict(_read_weights(weights, model, path / META))
+    try:
+        model = build_model(cfg, folder=path)
+    except ForeignModelError as err:
+        raise CheckpointError(f"{path / META}: {err}") from None
+    module = weights_module(model)
+    module.load_state_dict(_read_weights(weights, module, path / META))
     model.to(device).eval()
     if task is None:
         try:
@@ -250,10 +295,15 @@ def load_checkpoint(
                 f"{path / META}: field 'task' is not a valid task: {err}"
             ) from None
     check_task_fits(task, cfg, path / META)
+    if isinstance(cfg, ForeignConfig):
+        try:
+            check_foreign_model(model, cfg, task)
+        except ForeignModelError as err:
+            raise CheckpointError(f"{path / META}: {err}") from None
     return Checkpoint(path, model, task, cfg, {**meta, "task": task.to_dict()})
 
 
-def check_task_fits(task: Task, cfg: ModelConfig, where: Path) -> None:
+def check_task_fits(task: Task, cfg: ModelConfig | ForeignConfig, where: Path) -> None:
     """Refuse a task whose inputs or targets do not fit the model (T, d, d_out)."""
     pairs = (("T", "n_ctx", task.T), ("d", "d_in", task.d), ("d_out", "d_out", task.d_out))
     wrong = [
@@ -267,14 +317,14 @@ def check_task_fits(task: Task, cfg: ModelConfig, where: Path) -> None:
         )
 
 
-def _model_config(meta: dict, meta_path: Path) -> ModelConfig:
+def _model_config(meta: dict, meta_path: Path) -> ModelConfig | ForeignConfig:
     try:
-        return ModelConfig.from_dict(meta["model_config"])
+        return config_from_dict(meta["model_config"])
     except (ValueError, TypeError) as err:
         raise CheckpointError(f"{meta_path}: field 'model_config' is invalid: {err}") from None
 
 
-def _read_weights(weights: Path, model: InfoFlowTransformer, meta_path: Path) -> dict:
+def _read_weights(weights: Path, model: torch.nn.Module, meta_path: Path) -> dict:
     """The tensors of ``weights``, checked against the parameters ``model`` expects."""
     try:
         state = load_file(str(weights))
@@ -344,5 +394,9 @@ def with_task(source: str | Path, dest: str | Path, task: Task) -> Path:
     meta.update(make_header(FORMAT, SCHEMA_VERSION))  # a new file: this schema's header
     with atomic_output(dest, overwrite=True, directory=True, what="checkpoint", kind=FORMAT) as tmp:
         (tmp / WEIGHTS).write_bytes((Path(source) / WEIGHTS).read_bytes())
+        if isinstance(ck.model_config, ForeignConfig):  # a factory module kept beside it
+            local = Path(source) / f"{ck.model_config.factory.split('.')[0].split(':')[0]}.py"
+            if local.is_file():
+                (tmp / local.name).write_bytes(local.read_bytes())
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
     return Path(dest)

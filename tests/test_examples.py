@@ -41,3 +41,13 @@ def test_own_task_example(tmp_path):
     assert "Python: efficient, alpha(8) = 1, minimum heads (1, 1)" in out
     assert "verdict: inefficient" in out and "max(1, 0.125*T - 1)" in out  # heads 2: one layer
     assert "run exit status 0" in out and (tmp_path / "r" / "report" / "report.html").is_file()
+
+
+def test_own_model_example(tmp_path):
+    """A model built by the user's code: trained by its own loop, saved with its factory
+    beside the weights, probed by every instrument."""
+    run = tmp_path / "m"
+    out = run_example("own_model.py", "--out", str(run), "--steps", "20", "--n", "600")
+    assert "InfoFlow: efficient (cost exponent 1)" in out and "heads per layer [2, 2]" in out
+    assert (run / "checkpoint" / "own_model.py").is_file()
+    assert (run / "probe" / "report" / "report.html").is_file()

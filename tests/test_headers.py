@@ -253,7 +253,7 @@ def test_newer_schemas_are_refused_naming_file_field_and_values(run_dir, tmp_pat
     shutil.copytree(out / "checkpoint", ckpt)
     meta = json.loads((ckpt / "checkpoint.json").read_text())
     (ckpt / "checkpoint.json").write_text(json.dumps({**meta, "schema_version": 99}))
-    with pytest.raises(CheckpointError, match=r"'schema_version' is 99, expected .*1\.\.2"):
+    with pytest.raises(CheckpointError, match=r"'schema_version' is 99, expected .*1\.\.3"):
         load_checkpoint(ckpt)
 
 

@@ -31,6 +31,7 @@ from infoprobe.compare.null import NULL_Q, null_rule
 from infoprobe.compare.observations import Observations
 from infoprobe.compare.provenance import ProvenanceError, check_provenance, refuse_control
 from infoprobe.compare.verdicts import headline
+from infoprobe.foreign.config import hides_patterns
 from infoprobe.hooks import open_cache
 from infoprobe.influence import flow_threshold, read_influence
 from infoprobe.infoflow import Architecture, SetsFile, predict, read_sets
@@ -104,6 +105,8 @@ def _read_cache(cache_path: Path, rows: np.ndarray, n_blocks: int, want_patterns
         if want_patterns:
             names = [f"blocks.{b}.attn.hook_pattern" for b in range(n_blocks)]
             missing = [n for n in names if n not in cache.hook_names]
+            if len(missing) == len(names) and hides_patterns(cache.model_config):
+                return x, provenance, None  # nothing to read: the observed program is n/a
             if missing:
                 raise SourceError(
                     f"{cache_path}: attention patterns {missing} not cached (present: "

@@ -294,7 +294,14 @@ def capture_tangents(
         fwAD.dual_level(),
         model.hooks([(n, save) for n in names]),
     ):
-        model(fwAD.make_dual(primal.clone(), tangent.clone()), **kwargs)
+        try:
+            model(fwAD.make_dual(primal.clone(), tangent.clone()), **kwargs)
+        except NotImplementedError as err:  # an operation without a forward derivative
+            raise InfluenceError(
+                f"model {type(model).__name__}: forward-mode derivatives are not available "
+                f"({' '.join(str(err).split())}); use the finite-difference estimator "
+                "(--estimator fd) or resample ablation (--method resample)"
+            ) from None
     return {n: stored.get(n, torch.zeros_like(primals[n])) for n in names}
 
 

@@ -20,13 +20,15 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from transformer_lens import HookedRootModule
 
 from infoprobe.base.atomic import remove_stale_temps
 from infoprobe.checkpoint import Checkpoint, load_checkpoint
+from infoprobe.foreign.config import ForeignConfig, build_model
 from infoprobe.hooks import CacheError, CachePlan, CacheSummary, plan_cache, write_cache
 from infoprobe.hooks.sites import check_site_spec
 from infoprobe.hooks.writer import STORAGE_DTYPES, BatchFn
-from infoprobe.model import MAX_SEED, InfoFlowTransformer, ModelConfig
+from infoprobe.model import MAX_SEED, ModelConfig
 from infoprobe.tasks import Task
 
 DATA_SEED_OFFSET = 10_000
@@ -136,16 +138,17 @@ def task_batch_fn(task: Task, data_seed: int) -> BatchFn:
     return batch_fn
 
 
-def random_init_model(config: ModelConfig, seed: int) -> InfoFlowTransformer:
-    """A model of the same architecture with weights freshly initialised from ``seed``."""
-    return InfoFlowTransformer(config, seed=seed).eval()
+def random_init_model(config: ModelConfig | ForeignConfig, seed: int) -> HookedRootModule:
+    """A model of the same architecture with weights freshly initialised from ``seed``
+    (a foreign model: its factory's own initialisation under torch seed ``seed``)."""
+    return build_model(config, seed=seed)
 
 
 @dataclass(frozen=True)
 class CacheJob:
     """Everything :func:`write_cache` needs, planned (sizes known) but not yet written."""
 
-    model: InfoFlowTransformer
+    model: HookedRootModule
     batch_fn: BatchFn
     provenance: dict[str, Any]
     plan: CachePlan

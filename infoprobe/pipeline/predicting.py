@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from infoprobe.attention.orientation import choose_orientation
+from infoprobe.foreign.config import config_from_dict
 from infoprobe.hooks import open_cache
 from infoprobe.infoflow import as_architecture, predict, write_sets
-from infoprobe.model import ModelConfig
 from infoprobe.probes.validate import check_finite
 from infoprobe.tasks import task_from_dict
 
@@ -34,7 +34,7 @@ def predict_for_cache(
     with open_cache(cache_path) as cache:
         spec, x = cache.spec, cache.x[:]
         task = task_from_dict(spec["task"])
-        arch = ModelConfig.from_dict(cache.model_config)
+        arch = config_from_dict(cache.model_config)
         names = [f"blocks.{b}.attn.hook_pattern" for b in range(cache.n_blocks)]
         has_patterns = all(name in cache.hook_names for name in names)
         patterns = [cache.acts(name)[:] for name in names] if has_patterns else None

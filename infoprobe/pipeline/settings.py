@@ -98,14 +98,12 @@ def check_sites(hook_names: Sequence[str], n_blocks: int, sites: str) -> list[st
     """The hook names ``sites`` selects among a model's ``hook_names``, checked before any
     stage runs: UnknownSiteError for a site the model lacks, RunFolderError when the
     selection lacks what a later stage reads (the probes: the layer residuals; compare and
-    the report: every block's attention pattern)."""
+    the report: every block's attention pattern, where the model exposes them)."""
     chosen = resolve_sites(hook_names, sites)
-    needed = {
-        "probe (the layer residuals)": layer_sites(n_blocks),
-        "compare (the attention patterns)": [
-            f"blocks.{b}.attn.hook_pattern" for b in range(n_blocks)
-        ],
-    }
+    patterns = [f"blocks.{b}.attn.hook_pattern" for b in range(n_blocks)]
+    needed = {"probe (the layer residuals)": layer_sites(n_blocks)}
+    if any(name in hook_names for name in patterns):  # a model that exposes them
+        needed["compare (the attention patterns)"] = patterns
     for stage, names in needed.items():
         missing = [name for name in names if name not in chosen]
         if missing:

@@ -46,6 +46,7 @@ def compare_and_report(
         want_patterns=True,
     )
     history, ckpt_prov = checkpoint_history(ckpt_dir, sources)
+    rollout = rollout and sources.patterns is not None  # a model that hides its patterns
     compared = compare_sources(sources, RolloutConfig() if rollout else None, null_q=null_q)
     extra_prov = {f"checkpoint ({ckpt_dir})": ckpt_prov}
     inputs = from_sources(
@@ -53,7 +54,7 @@ def compare_and_report(
         compared,
         history=history,
         extra_provenance=extra_prov,
-        notes={"training": _training_note(ckpt_prov)},
+        notes={"training": _training_note(ckpt_prov), **_pattern_note(sources)},
     )
     write_comparisons(
         folder / "comparison.json",
@@ -63,6 +64,16 @@ def compare_and_report(
         overwrite=True,
     )
     return write_report(report_dir, inputs, overwrite=True)
+
+
+def _pattern_note(sources) -> dict[str, str]:
+    if sources.patterns is not None:
+        return {}
+    return {
+        "observed program": "not read: the model does not expose its attention weights (its "
+        "site map names no pattern), so neither the observed program nor attention rollout "
+        "can be computed; every other instrument ran"
+    }
 
 
 def _training_note(ckpt_prov: dict) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 from infoprobe.attention.orientation import recorded_orientation
 from infoprobe.checkpoint import read_checkpoint_meta
 from infoprobe.compare.files import read_comparisons
+from infoprobe.foreign.config import config_from_dict
 from infoprobe.infoflow import predict, read_sets
-from infoprobe.model import ModelConfig
 from infoprobe.pipeline.folder import RunFolder
 from infoprobe.tasks import task_from_dict
 
@@ -72,7 +72,7 @@ def run_summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
         orientation=recorded_orientation(sets.provenance.get("orientation")),
         rate=predict(
             task_from_dict(meta["task"]),
-            ModelConfig.from_dict(meta["model_config"]),
+            config_from_dict(meta["model_config"]),
             kth_law=sets.prediction.get("kth_law", "tail"),
         ).rate_note(),
     )
