@@ -98,6 +98,16 @@ class Checkpoint:
         return self.meta["weights_sha256"]
 
     @property
+    def factory_sha256(self) -> str | None:
+        """SHA-256 of the source file of a foreign model's factory module (None for
+        infoprobe's own model, or a factory without a source file): the code that builds
+        the model, beside the weights' hash."""
+        if not isinstance(self.model_config, ForeignConfig):
+            return None
+        source = self.model_config.source_file(self.path)
+        return None if source is None else file_sha256(source)
+
+    @property
     def history(self) -> list[dict]:
         return self.meta.get("history", [])
 

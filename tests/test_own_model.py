@@ -7,6 +7,7 @@ plain PyTorch independently of infoprobe's model.py, with its own module names.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -255,6 +256,9 @@ def test_a_factory_module_beside_the_checkpoint_is_found(handset_checkpoint, tmp
         x, got = cache.x[:], cache.acts("blocks.0.hook_resid_post")[:]
     states, _ = own_states(handset(TASK.d), torch.as_tensor(x))
     np.testing.assert_allclose(got, states[1].detach().numpy(), rtol=1e-5, atol=1e-5)
+    # the code that builds the model is hashed beside the weights (part of a run's key)
+    digest = hashlib.sha256((ckpt / "beside_models.py").read_bytes()).hexdigest()
+    assert load_checkpoint(ckpt).factory_sha256 == digest
 
 
 def test_a_model_that_hides_its_attention_still_gets_every_other_instrument(tmp_path):

@@ -12,6 +12,7 @@ own TransformerLens hook points) gives the instruments their hook points.
 from __future__ import annotations
 
 import importlib
+import inspect
 import numbers
 import sys
 from collections.abc import Mapping
@@ -170,6 +171,14 @@ class ForeignConfig:
                 f"{module_name!r} has no function {function!r}"
             )
         return fn
+
+    def source_file(self, folder: Path | None = None) -> Path | None:
+        """The file the factory function is defined in (None: no source file)."""
+        try:
+            name = inspect.getsourcefile(self.import_factory(folder))
+        except TypeError:  # a built-in or C extension
+            return None
+        return None if name is None else Path(name)
 
     def build(self, seed: int = 0, folder: Path | None = None) -> HookedRootModule:
         """A freshly initialised model (torch seeded with ``seed``, the caller's RNG state

@@ -156,6 +156,7 @@ def probe_checkpoint(
     ckpt_key = {
         "checkpoint": str(source),
         "weights_sha256": ck.weights_sha256,
+        **({"factory_sha256": ck.factory_sha256} if ck.factory_sha256 else {}),
         "task": ck.task.to_dict(),
     }
     stages = []
