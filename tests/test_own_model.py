@@ -22,7 +22,7 @@ from torch import nn
 
 from infoprobe import load_checkpoint, probe_checkpoint, save_checkpoint
 from infoprobe.cli import main
-from infoprobe.foreign import ForeignConfig, HookedAdapter, SiteMap, SiteMapError
+from infoprobe.foreign import ForeignConfig, HookedAdapter, SiteMap, SiteMapError, SiteRef
 from infoprobe.hooks import capture, open_cache
 from infoprobe.influence import read_influence
 from infoprobe.infoflow import predict, read_sets
@@ -147,6 +147,24 @@ def test_an_output_element_is_a_site():
     model(x)  # capture stopped the forward after the last site; run it whole
     torch.testing.assert_close(got["blocks.0.attn.hook_pattern"], model.weights.detach())
     assert got["blocks.0.hook_resid_post"].shape == (3, TASK.T + 1, 8)
+
+
+def test_a_function_may_pick_the_tensor_from_a_modules_output(tmp_path):
+    model = TorchMHA(TASK.d)
+    weights = SiteRef("attn", read=lambda out: out[1])
+    adapter = HookedAdapter(model, SiteMap(embed="embed", blocks=["attn[0]"], pattern=[weights]))
+    x = torch.as_tensor(TASK.sample(3, np.random.default_rng(3))[0])
+    got = capture(adapter, x, ["blocks.0.attn.hook_pattern"])["blocks.0.attn.hook_pattern"]
+    model(x)
+    torch.testing.assert_close(got, model.weights.detach())
+    replace = [("blocks.0.attn.hook_pattern", lambda p, hook: p * 0)]
+    with (
+        pytest.raises(SiteMapError, match="can read it but not replace it"),
+        adapter.hooks(replace),
+    ):
+        adapter(x)
+    with pytest.raises(SiteMapError, match="cannot store"):
+        adapter.sites.to_dict()
 
 
 @pytest.mark.parametrize(

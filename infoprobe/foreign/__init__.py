@@ -20,6 +20,7 @@ _EXPORTS = {
     "HookedAdapter": "infoprobe.foreign.adapter",
     "SiteMap": "infoprobe.foreign.sites",
     "SiteMapError": "infoprobe.foreign.errors",
+    "SiteRef": "infoprobe.foreign.sites",
     "adapt": "infoprobe.foreign.adapter",
     "check_foreign_model": "infoprobe.foreign.check",
 }

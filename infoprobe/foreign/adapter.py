@@ -54,7 +54,13 @@ def _replace(output, ref: SiteRef, value: torch.Tensor):
 
 
 def _select(output, ref: SiteRef, where: str) -> torch.Tensor:
-    if ref.index is None:
+    if ref.read is not None:
+        try:
+            value = ref.read(output)
+        except Exception as err:
+            raise SiteMapError(f"{where}: its read function failed: {type(err).__name__}: "
+                               f"{err}") from None  # fmt: skip
+    elif ref.index is None:
         value = output
     else:
         try:
@@ -130,7 +136,12 @@ class HookedAdapter(HookedRootModule):
         def hook(_module, _args, output):
             value = _select(output, ref, where)
             new = point(value)
-            return None if new is value else _replace(output, ref, new)
+            if new is value:
+                return None
+            if ref.read is not None:
+                raise SiteMapError(f"{where} is read by a function: a hook can read it but "
+                                   "not replace it")  # fmt: skip
+            return _replace(output, ref, new)
 
         return module.register_forward_hook(hook)
 

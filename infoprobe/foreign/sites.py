@@ -14,14 +14,16 @@ The site map names three things, ``{l}`` standing for the block index 0..L-1:
 * ``pattern``: the attention pattern of block ``l``, ``[b, h_l, T+1, T+1]`` (rows sum to 1),
   or None where the model does not expose it (a fused attention kernel).
 
-From Python any of the three may also be a list of references, one per layer.
+From Python any of the three may also be a list of references, one per layer, and a
+reference may be a :class:`SiteRef` whose ``read`` function picks the tensor from the
+module's output.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from infoprobe.foreign.errors import SiteMapError
@@ -33,14 +35,21 @@ FIELDS = ("embed", "blocks", "pattern")
 @dataclass(frozen=True)
 class SiteRef:
     """One tensor of the user's model: ``path`` (module path, "" = the model itself), the
-    output element ``index`` (None: the whole output) or the module's first ``input``."""
+    output element ``index`` (None: the whole output) or the module's first ``input``.
+
+    From Python, ``read`` (a function of the module's output returning the tensor, e.g.
+    ``lambda out: out.attentions``) may pick it instead of ``index``; such a site can be
+    read but not replaced by a hook, and a checkpoint cannot store it."""
 
     path: str
     index: int | None = None
     input: bool = False
+    read: Callable[[Any], Any] | None = field(default=None, compare=False)
 
     @classmethod
-    def parse(cls, text: str, field: str) -> SiteRef:
+    def parse(cls, text: str | SiteRef, field: str) -> SiteRef:
+        if isinstance(text, SiteRef):
+            return text
         match = _REFERENCE.match(text) if isinstance(text, str) else None
         if match is None:
             raise SiteMapError(
@@ -52,6 +61,8 @@ class SiteRef:
         return cls(match["path"], index, suffix == ":input")
 
     def __str__(self) -> str:
+        if self.read is not None:
+            return f"{self.path}→{getattr(self.read, '__name__', 'function')}"
         suffix = ":input" if self.input else "" if self.index is None else f"[{self.index}]"
         return f"{self.path}{suffix}"
 
@@ -67,7 +78,7 @@ def _expand(value: Any, field: str, n_layers: int | None) -> tuple[SiteRef, ...]
         if n_layers is None:
             raise SiteMapError(f"site map field {field!r}: a template needs n_layers")
         return tuple(SiteRef.parse(value.replace("{l}", str(i)), field) for i in range(n_layers))
-    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+    if isinstance(value, Sequence) and all(isinstance(v, str | SiteRef) for v in value):
         refs = tuple(SiteRef.parse(v, field) for v in value)
         if n_layers is not None and len(refs) != n_layers:
             raise SiteMapError(
@@ -95,9 +106,9 @@ class SiteMap:
         n_layers: L; needed with templates (a list gives its length).
     """
 
-    embed: str
-    blocks: str | tuple[str, ...]
-    pattern: str | tuple[str, ...] | None = None
+    embed: str | SiteRef
+    blocks: str | tuple[str | SiteRef, ...]
+    pattern: str | tuple[str | SiteRef, ...] | None = None
     n_layers: int | None = None
 
     def __post_init__(self) -> None:
@@ -135,8 +146,16 @@ class SiteMap:
         return _expand(self.pattern, "pattern", self.n_layers or len(self.block_refs))
 
     def to_dict(self) -> dict[str, Any]:
+        refs = [self.embed_ref, *self.block_refs, *(self.pattern_refs or ())]
+        functions = [str(r) for r in refs if r.read is not None]
+        if functions:
+            raise SiteMapError(
+                f"site map: {functions} are read by Python functions, which a checkpoint "
+                "cannot store; name module paths (with [i] or :input) instead"
+            )
+
         def plain(v):
-            return list(v) if isinstance(v, tuple) else v
+            return [str(r) for r in v] if isinstance(v, tuple) else str(v) if v else v
 
         return {
             "embed": self.embed,
