@@ -357,3 +357,25 @@ def test_saving_a_plain_module_without_its_config_is_refused(tmp_path):
     with pytest.raises(ValueError, match="config=ForeignConfig"):
         save_checkpoint(tmp_path / "ck", handset(TASK.d), TASK)
     assert not (tmp_path / "ck").exists()
+
+
+def test_a_hugging_face_bert_gets_its_hook_points_from_the_site_map():
+    """examples/hf_bert.py's site map on transformers' BertModel: the patterns are the ones
+    BertModel itself returns with output_attentions, the last state its last_hidden_state."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+    try:
+        from hf_bert import SITES, build
+    finally:
+        sys.path.pop(0)
+    model = build(d=TASK.d, T=TASK.T).eval()
+    adapter = HookedAdapter(model, SITES)
+    x = torch.as_tensor(TASK.sample(4, np.random.default_rng(6))[0])
+    names = [f"blocks.{b}.attn.hook_pattern" for b in range(2)] + ["blocks.1.hook_resid_post"]
+    got = capture(adapter, x, names)
+    h = torch.cat([model.tokens(x), model.cls.expand(4, 1, -1)], dim=1)
+    with torch.no_grad():
+        own = model.bert(inputs_embeds=h, output_attentions=True)
+    for b in range(2):
+        torch.testing.assert_close(got[f"blocks.{b}.attn.hook_pattern"], own.attentions[b])
+    torch.testing.assert_close(got["blocks.1.hook_resid_post"], own.last_hidden_state)
