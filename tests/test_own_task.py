@@ -13,7 +13,9 @@ from functools import cached_property, partial
 
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
 
+import infoprobe.report.build as report_build
 from infoprobe.checkpoint import load_checkpoint
 from infoprobe.cli import build_parser, main
 from infoprobe.infoflow import InfoFlowError, Retrieve, predict
@@ -159,7 +161,11 @@ def test_cli_predict_builds_options_from_the_registered_task(registered, capsys)
     assert "CLS: CLS retrieves argmin_t b^T x(t) [min[b], stage 1, max retrieval]" in out
 
 
-def test_tiny_run_of_a_registered_task(registered, tmp_path, capsys):
+def test_tiny_run_of_a_registered_task(registered, tmp_path, capsys, monkeypatch):
+    """The main job end to end; the report's figures are blank PNGs (drawing them is most
+    of a report's time, and tests/test_report.py checks them)."""
+    blank = report_build.render_png(Figure(figsize=(0.1, 0.1)), dpi=10)
+    monkeypatch.setattr(report_build, "render_png", lambda fig, dpi=110: blank)
     out = tmp_path / "run"
     argv = [
         "run",
