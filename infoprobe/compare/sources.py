@@ -401,7 +401,10 @@ def compare_sources(
     rolled = None
     if rollout is not None:
         if sources.patterns is None:
-            raise SourceError("rollout needs the attention patterns: pass the activation cache")
+            raise SourceError(
+                "rollout needs the attention patterns: pass the activation cache (a model "
+                "that does not expose its attention weights has none to roll out)"
+            )
         rolled = predict_rollout(sources.patterns, rollout)
     comparisons: dict[str, dict[str, SetComparison]] = {}
     for name, obs in sources.instruments.items():

@@ -107,6 +107,7 @@ def run_pipeline(
     training evaluation (default: print them when ``progress``).
     """
     settings = settings or RunSettings()
+    task.structure().check_fits(task.T)  # a structure the engine cannot run: before training
     model = InfoFlowTransformer(model_cfg)  # its hook names, to check the sites up front
     check_sites(list(model.hook_dict), model_cfg.n_layers, settings.sites)
     folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
@@ -151,6 +152,7 @@ def probe_checkpoint(
     settings = settings or RunSettings()
     source = Path(checkpoint).resolve()
     ck = load_checkpoint(source, task=task)  # validates, verifies the weights hash up front
+    ck.task.structure().check_fits(ck.task.T)
     check_sites(list(ck.model.hook_dict), ck.model_config.n_layers, settings.sites)
     folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
     ckpt_key = {
