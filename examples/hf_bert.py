@@ -11,17 +11,14 @@ Needs ``pip install transformers``.
 """
 
 import argparse
-import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
+from own_model import save_and_probe, train_own_loop  # the loop and the probing, shared
 from torch import nn
 from transformers import BertConfig, BertModel
 
-from infoprobe import save_checkpoint
 from infoprobe.foreign import ForeignConfig, SiteMap
-from infoprobe.pipeline import RunSettings, probe_checkpoint
 from infoprobe.tasks import make_task
 
 SITES = SiteMap(
@@ -69,25 +66,13 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--n", type=int, default=4096, help="samples cached and probed")
     args = parser.parse_args()
-    out = Path(args.out)
 
     task = make_task("intrinsic-dim", D=2, T=8)
     kwargs = {"d": task.d, "width": 32, "heads": 2, "depth": 2, "T": task.T}
     torch.manual_seed(0)
     model = build(**kwargs)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    rng = np.random.default_rng(0)
-    for _ in range(args.steps):
-        x, y = (torch.as_tensor(a) for a in task.sample(256, rng))
-        loss = ((model(x) - y) ** 2).mean() / y.var()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    x, y = (torch.as_tensor(a) for a in task.sample(4096, np.random.default_rng(1)))
-    with torch.no_grad():
-        val = float(((model.eval()(x) - y) ** 2).mean() / y.var())
-    print(f"trained {args.steps} steps, held-out NMSE {val:.3f}")
-
+    nmse = train_own_loop(model, task, args.steps, lr=1e-3)
+    print(f"trained {args.steps} steps, held-out NMSE {nmse:.3f}")
     config = ForeignConfig(
         factory="hf_bert:build",
         kwargs=kwargs,
@@ -98,10 +83,5 @@ if __name__ == "__main__":
         d_in=task.d,
         pos_encoding="learned",  # BERT adds absolute position embeddings
     )
-    metrics = {"val_nmse": val, "test_nmse": val, "best_step": args.steps}
-    ckpt = save_checkpoint(out / "checkpoint", model, task, config=config, metrics=metrics,
-                           overwrite=True)  # fmt: skip
-    shutil.copy(__file__, ckpt / "hf_bert.py")
-    summary = probe_checkpoint(ckpt, out / "probe", RunSettings(n_cache=args.n), overwrite=True,
-                               progress=False)  # fmt: skip
-    print("\n".join(summary.lines()))
+    save_and_probe(model, task, config, Path(args.out), n=args.n, source=__file__, nmse=nmse,
+                   steps=args.steps)  # fmt: skip

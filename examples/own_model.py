@@ -63,30 +63,50 @@ def build(**kwargs) -> MyTransformer:
     return MyTransformer(**kwargs)
 
 
+def train_own_loop(model: nn.Module, task, steps: int, lr: float = 2e-3) -> float:
+    """Your own training loop (AdamW on fresh batches); returns the held-out NMSE."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    rng = np.random.default_rng(0)
+    for _ in range(steps):
+        x, y = (torch.as_tensor(a) for a in task.sample(256, rng))
+        loss = ((model(x) - y) ** 2).mean() / y.var()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    x, y = (torch.as_tensor(a) for a in task.sample(4096, np.random.default_rng(1)))
+    with torch.no_grad():
+        return float(((model.eval()(x) - y) ** 2).mean() / y.var())
+
+
+def save_and_probe(model, task, config: ForeignConfig, out: Path, *, n: int, source: str,
+                   nmse: float, steps: int) -> None:  # fmt: skip
+    """Save the checkpoint with the factory's file ``source`` beside its weights, then run
+    every instrument on it (what ``infoprobe probe-checkpoint`` does); print the summary.
+    ``nmse`` and ``steps``: what your training measured, recorded in the checkpoint."""
+    metrics = {"val_nmse": nmse, "test_nmse": nmse, "best_step": steps}
+    ckpt = save_checkpoint(out / "checkpoint", model, task, config=config, metrics=metrics,
+                           overwrite=True)  # fmt: skip
+    for code in {Path(source).resolve(), Path(__file__).resolve()}:  # the factory's code
+        shutil.copy(code, ckpt / code.name)  # travels with the weights
+    print(f"checkpoint: {ckpt}")
+    summary = probe_checkpoint(ckpt, out / "probe", RunSettings(n_cache=n), overwrite=True,
+                               progress=False)  # fmt: skip
+    print("\n".join(summary.lines()))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/own-model")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--n", type=int, default=4096, help="samples cached and probed")
     args = parser.parse_args()
-    out = Path(args.out)
 
     task = make_task("intrinsic-dim", D=2, T=8)
     kwargs = {"d": task.d, "width": 32, "heads": 2, "depth": 2}
     torch.manual_seed(0)
     model = build(**kwargs)
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
-    rng = np.random.default_rng(0)
-    for _ in range(args.steps):  # your own training loop
-        x, y = (torch.as_tensor(a) for a in task.sample(256, rng))
-        loss = ((model(x).squeeze(-1) - y.squeeze(-1)) ** 2).mean() / y.var()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    x, y = (torch.as_tensor(a) for a in task.sample(4096, np.random.default_rng(1)))
-    with torch.no_grad():
-        val = float(((model.eval()(x) - y) ** 2).mean() / y.var())
-    print(f"trained {args.steps} steps, held-out NMSE {val:.3f}")
+    nmse = train_own_loop(model, task, args.steps)
+    print(f"trained {args.steps} steps, held-out NMSE {nmse:.3f}")
 
     # Where the states live: layer 0 enters block 0, layer l+1 leaves block l, and each
     # block's nn.MultiheadAttention returns its per-head pattern as output element 1.
@@ -94,12 +114,5 @@ if __name__ == "__main__":
                     n_layers=2)  # fmt: skip
     config = ForeignConfig(factory="own_model:build", kwargs=kwargs, sites=sites, heads=(2, 2),
                            d_model=32, n_ctx=task.T, d_in=task.d)  # fmt: skip
-    metrics = {"val_nmse": val, "test_nmse": val, "best_step": args.steps}  # what you measured
-    ckpt = save_checkpoint(out / "checkpoint", model, task, config=config, metrics=metrics,
-                           overwrite=True)  # fmt: skip
-    shutil.copy(__file__, ckpt / "own_model.py")  # the factory travels with the weights
-    print(f"checkpoint: {ckpt}")
-
-    settings = RunSettings(n_cache=args.n)
-    summary = probe_checkpoint(ckpt, out / "probe", settings, overwrite=True, progress=False)
-    print("\n".join(summary.lines()))
+    save_and_probe(model, task, config, Path(args.out), n=args.n, source=__file__, nmse=nmse,
+                   steps=args.steps)  # fmt: skip
