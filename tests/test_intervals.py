@@ -90,6 +90,61 @@ def test_aggregate_interval_recomputes_membership_and_score_per_resample():
     assert none["auroc_per_layer_interval"] is None
 
 
+def test_aggregate_set_rates_are_recomputed_per_resample():
+    """With tau, the aggregate set (share >= tau) is redrawn per resample: the intervals of
+    its recall and violation rate equal a loop over the same resamples."""
+    rng = np.random.default_rng(4)
+    layers, n, T = 2, 10, 4
+    pred = rng.random((layers, n, T + 1, T)) < 0.6
+    pred[:, :, :, 0] = True  # a position predicted in every sample: "always" cells exist
+    member = rng.random((layers, n, T + 1, T)) < 0.5
+    mask = ~np.eye(T + 1, T, dtype=bool)
+    index = resample_index(n, IntervalSettings(n_resamples=40, seed=6))
+    found = aggregate_scope_intervals(
+        pred, member.astype(float), mask, multiplicities(index, n), 0.9, tau=0.5
+    )
+    recall, violation = [], []
+    for idx in index:
+        share_pred, share_obs = pred[:, idx].mean(axis=1), member[:, idx].mean(axis=1)
+        always, never = (share_pred == 1) & mask, (share_pred == 0) & mask
+        observed = share_obs >= 0.5
+        with np.errstate(invalid="ignore"):
+            recall.append((always & observed).sum((1, 2)) / always.sum((1, 2)))
+            violation.append((never & observed).sum((1, 2)) / never.sum((1, 2)))
+    for name, values in (("recall_interval", recall), ("violation_rate_interval", violation)):
+        expected = percentile_interval(np.array(values, dtype=float), 0.9)
+        np.testing.assert_allclose(found[name], expected, equal_nan=True)
+    assert np.isfinite(found["recall_interval"]).all()
+    plain = aggregate_scope_intervals(pred, member.astype(float), mask, multiplicities(index, n),
+                                      0.9)  # fmt: skip
+    assert plain["recall_interval"] is None and plain["violation_rate_interval"] is None
+
+
+def test_flow_aggregate_scope_carries_rate_intervals_and_probes_do_not():
+    """compare(): the flow instrument's aggregate set is its share's threshold, so its
+    rates get intervals; an aggregate that cannot be recomputed gets none."""
+    rng = np.random.default_rng(7)
+    layers, n, T = 2, 12, 3
+    predicted = rng.random((layers, n, T + 1, T + 1)) < 0.5
+    predicted[:, :, :, 0] = True
+    g = rng.random((layers, n, T + 1, T))
+    from infoprobe.compare.instruments import flow
+
+    found = compare(predicted, flow(g, threshold=0.5))
+    agg = found.aggregate["others"]
+    assert agg.recall_interval is not None and agg.recall_interval.shape == (layers, 2)
+    lo, hi = agg.recall_interval[1]
+    assert lo <= agg.per_layer.recall[1] <= hi
+    pooled = Observations(
+        instrument="probe",
+        aggregate=g.mean(axis=1) > 0.5,
+        score=g.mean(axis=1) + 0.01,  # not the mean of any per-sample array
+        member_when="above",
+        tau=0.5,
+    )
+    assert compare(predicted, pooled).aggregate["others"].recall_interval is None
+
+
 def test_coverage_is_near_nominal_for_a_known_auroc():
     """Gaussian scores, positives shifted by d: AUROC = Φ(d / √2). 200 draws × 200
     resamples; the coverage must lie within 3 binomial standard errors of 0.95."""

@@ -101,8 +101,10 @@ class AggregateScope:
     auroc_per_layer [L+1], auroc_per_token [L+1, T+1]: score against always (positive)
     vs never (negative); sweep: agreement as the score threshold τ moves.
     auroc_per_layer_interval [L+1, 2] / auroc_per_token_interval [L+1, T+1, 2]: bootstrap
-    intervals, the aggregate recomputed from the drawn samples; None where only an
-    aggregate exists (it cannot be recomputed) or without intervals.
+    intervals, the aggregate recomputed from the drawn samples; recall_interval /
+    violation_rate_interval [L+1, 2]: those of per_layer's recall and violation rate, the
+    aggregate set recomputed too (score >= tau). None where only an aggregate exists (it
+    cannot be recomputed: a probe's pooled R²) or without intervals.
     """
 
     per_token: SetAgreement | None
@@ -114,6 +116,8 @@ class AggregateScope:
     sweep: TauSweep | None
     auroc_per_layer_interval: np.ndarray | None = None
     auroc_per_token_interval: np.ndarray | None = None
+    recall_interval: np.ndarray | None = None
+    violation_rate_interval: np.ndarray | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """All fields, JSON-able."""
@@ -282,7 +286,13 @@ def _aggregate_scope(
     if intervals is not None and obs.score is not None:
         pred, counts, level = intervals
         source = aggregate_source(obs.per_sample, obs.sample_score, obs.score)
-        found = aggregate_scope_intervals(pred, source, mask, counts, level)
+        recomputable = (
+            obs.tau is not None
+            and obs.aggregate is not None
+            and np.array_equal(obs.aggregate, obs.score >= obs.tau)
+        )  # the aggregate set is its score's threshold, so a resample can redraw it
+        tau = obs.tau if recomputable else None
+        found = aggregate_scope_intervals(pred, source, mask, counts, level, tau)
     return AggregateScope(
         per_token, per_layer, some_obs, some_unobs, auroc_layer, auroc_token, sweep, **found
     )

@@ -219,13 +219,23 @@ def aggregate_scope_intervals(
     mask: np.ndarray,
     counts: np.ndarray,
     level: float,
+    tau: float | None = None,
 ) -> dict[str, np.ndarray | None]:
-    """AUROC intervals of an aggregate scope: per resample the membership (always / never
-    over the drawn samples) and the aggregate score (mean of the drawn samples' scores)
-    are recomputed, then the AUROC over (token, position) cells. pred bool [L+1, n, T+1,
-    T]; source: what the aggregate score is the mean of (:func:`aggregate_source`), None
-    when it cannot be recomputed (the intervals are then None); mask [T+1, T]."""
-    out = {"auroc_per_layer_interval": None, "auroc_per_token_interval": None}
+    """Intervals of an aggregate scope: per resample the membership (always / never over
+    the drawn samples) and the aggregate score (mean of the drawn samples' scores) are
+    recomputed, then the AUROC over (token, position) cells and, with ``tau`` (the
+    aggregate set is score >= tau), the per-layer recall and violation rate of that set.
+    pred bool [L+1, n, T+1, T]; source: what the aggregate score is the mean of
+    (:func:`aggregate_source`), None when it cannot be recomputed (the intervals are then
+    None); mask [T+1, T]. Returns ``auroc_per_layer_interval`` [L+1, 2],
+    ``auroc_per_token_interval`` [L+1, T+1, 2], ``recall_interval`` and
+    ``violation_rate_interval`` [L+1, 2] (None without ``tau``)."""
+    out = {
+        "auroc_per_layer_interval": None,
+        "auroc_per_token_interval": None,
+        "recall_interval": None,
+        "violation_rate_interval": None,
+    }
     if source is None:
         return out
     layers, _, tokens, positions = pred.shape
@@ -234,17 +244,33 @@ def aggregate_scope_intervals(
     pred_rows = rearrange(pred.astype(np.float64), as_rows)
     score_rows = rearrange(np.asarray(source, dtype=np.float64), as_rows)
     chunk = max(1, CHUNK_ELEMENTS // (8 * pred_rows.shape[1]))
-    per_layer, per_token = [], []
+    per_layer, per_token, recall, violation = [], [], [], []
     for start in range(0, counts.shape[0], chunk):
         c = counts[start : start + chunk].astype(np.float64)
         drawn = c.sum(axis=1)[:, None]
         hits = (c @ pred_rows).reshape(-1, *cells)
         mean = (c @ score_rows / drawn).reshape(-1, *cells)
         always = hits == drawn[:, :, None, None]
-        definite = (always | (hits == 0)) & mask
+        never = (hits == 0) & mask
+        definite = (always & mask) | never
         per_token.append(auroc(mean, always, definite))
         flat = (-1, layers, tokens * positions)
         per_layer.append(auroc(mean.reshape(flat), always.reshape(flat), definite.reshape(flat)))
+        if tau is not None:
+            observed = mean >= tau
+            predicted = always & mask
+            recall.append(_share(predicted & observed, predicted))
+            violation.append(_share(never & observed, never))
     out["auroc_per_layer_interval"] = percentile_interval(np.concatenate(per_layer), level)
     out["auroc_per_token_interval"] = percentile_interval(np.concatenate(per_token), level)
+    if tau is not None:
+        out["recall_interval"] = percentile_interval(np.concatenate(recall), level)
+        out["violation_rate_interval"] = percentile_interval(np.concatenate(violation), level)
     return out
+
+
+def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    """|part| / |whole| per resample and layer over (token, position) cells: [B, L+1]
+    (NaN where ``whole`` is empty)."""
+    num, den = part.sum(axis=(2, 3)), whole.sum(axis=(2, 3))
+    return np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 0)
