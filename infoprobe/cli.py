@@ -44,6 +44,7 @@ ORDER = [
     "influence",
     "compare",
     "report",
+    "spread",
     "reproduce",
     "rates",
 ]

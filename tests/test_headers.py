@@ -93,7 +93,7 @@ def headers(folder: Path) -> dict[Path, dict]:
 def test_the_doc_lists_a_vocabulary_and_every_format():
     assert {"sample", "layer", "token", "position", "d_model", "d_head"} <= doc_vocabulary()
     assert "pos" not in doc_vocabulary()
-    assert len(doc_formats()) == 11
+    assert len(doc_formats()) == 12
 
 
 def test_every_file_of_a_run_has_the_documented_header(run_dir):

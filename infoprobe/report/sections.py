@@ -188,8 +188,23 @@ def headline_section(summary: Summary) -> list[str]:
     items = "".join(f"<li>{escape(v)}</li>" for v in summary["headline"])
     return [
         "<h2>Headline</h2><p>Each instrument's AUROC against InfoFlow's sets (own "
-        f"positions left out; controls in brackets).</p><ul class='verdicts'>{items}</ul>"
+        f"positions left out; controls in brackets).{_within_model(summary)}</p>"
+        f"<ul class='verdicts'>{items}</ul>"
     ]
+
+
+def _within_model(summary: Summary) -> str:
+    """The sentence that says what the page's intervals cover ("" without intervals)."""
+    settings = summary.get("interval")
+    if not settings:
+        return ""
+    return (
+        f" The intervals in square brackets ({float(settings['level']):.0%}, here and in every "
+        "table) are within-model, a bootstrap over the compared samples of this one trained "
+        "model: a claim about this model rests on them, while a claim about the "
+        "architecture rests on the spread over training seeds, which they do not include "
+        "(<code>infoprobe spread</code>, docs/report.md)."
+    )
 
 
 def verdicts_section(summary: Summary) -> list[str]:
