@@ -2,7 +2,7 @@
 (observations), the comparison (core) with its agreement counts (agreement) and AUROC
 (auroc), its verdict text (verdicts), two instruments crossed (crosstab), the comparison
 file (files), the observation instruments and their sources (instruments, sources),
-provenance checks (provenance).
+provenance checks (provenance), the spread of several runs over seeds (spread).
 
 The names below are loaded lazily from their modules.
 """
@@ -21,6 +21,7 @@ _EXPORTS = {
     "read_comparisons": "infoprobe.compare.files",
     "compare_sources": "infoprobe.compare.sources",
     "load_sources": "infoprobe.compare.sources",
+    "seed_spread": "infoprobe.compare.spread",
 }
 __all__ = sorted(_EXPORTS)
 
