@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from foreign_models import SITES, PreLNTransformer, handset, handset_kwargs, handset_sets
+from quick_reports import blank_figures
 from test_bad_input import assert_refused
 from torch import nn
 
@@ -206,7 +207,8 @@ def test_checkpoint_round_trip_rebuilds_the_model_from_its_factory(trained_check
 
 def test_every_instrument_runs_on_the_foreign_model(trained_checkpoint, tmp_path):
     out = tmp_path / "run"
-    summary = probe_checkpoint(trained_checkpoint, out, SETTINGS, progress=False)
+    with blank_figures():
+        summary = probe_checkpoint(trained_checkpoint, out, SETTINGS, progress=False)
     model = load_checkpoint(trained_checkpoint).model.wrapped
     with open_cache(out / "acts.h5") as cache:
         x = cache.x[:]
@@ -235,7 +237,8 @@ def test_handset_foreign_model_flow_sets_are_its_true_sets_from_the_cli(
     out = tmp_path / "run"
     argv = ["probe-checkpoint", str(handset_checkpoint), "--out", str(out),
             "--n-cache", "600", "--no-rollout", "--quiet"]  # fmt: skip
-    assert main(argv) == 0
+    with blank_figures():
+        assert main(argv) == 0
     flow = read_influence(out / "flow.h5")
     with open_cache(out / "acts.h5") as cache:
         x = cache.x[:][flow.sample_index]
@@ -284,7 +287,8 @@ def test_a_model_that_hides_its_attention_still_gets_every_other_instrument(tmp_
     ckpt = save_checkpoint(tmp_path / "ckpt", trained_briefly(steps=20), TASK,
                            config=trained_config(hidden))  # fmt: skip
     out = tmp_path / "run"
-    probe_checkpoint(ckpt, out, RunSettings(n_cache=600, batch_size=200), progress=False)
+    with blank_figures():
+        probe_checkpoint(ckpt, out, RunSettings(n_cache=600, batch_size=200), progress=False)
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["heads"] is None
     assert set(comparison["comparisons"]) == {"flow", "flow (random-init)", "decodability"}

@@ -13,9 +13,8 @@ from functools import cached_property, partial
 
 import numpy as np
 import pytest
-from matplotlib.figure import Figure
+from quick_reports import blank_figures
 
-import infoprobe.report.build as report_build
 from infoprobe.checkpoint import load_checkpoint
 from infoprobe.cli import build_parser, main
 from infoprobe.infoflow import InfoFlowError, Retrieve, predict
@@ -164,8 +163,6 @@ def test_cli_predict_builds_options_from_the_registered_task(registered, capsys)
 def test_tiny_run_of_a_registered_task(registered, tmp_path, capsys, monkeypatch):
     """The main job end to end; the report's figures are blank PNGs (drawing them is most
     of a report's time, and tests/test_report.py checks them)."""
-    blank = report_build.render_png(Figure(figsize=(0.1, 0.1)), dpi=10)
-    monkeypatch.setattr(report_build, "render_png", lambda fig, dpi=110: blank)
     out = tmp_path / "run"
     argv = [
         "run",
@@ -196,7 +193,8 @@ def test_tiny_run_of_a_registered_task(registered, tmp_path, capsys, monkeypatch
         "--out",
         str(out),
     ]
-    assert main(argv) == 0
+    with blank_figures():
+        assert main(argv) == 0
     assert "InfoFlow: efficient" in capsys.readouterr().out
     assert (out / "report" / "report.html").is_file()
     checkpoint = load_checkpoint(out / "checkpoint")  # its stored task is found by name

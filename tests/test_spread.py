@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from matplotlib.figure import Figure
+from quick_reports import blank_figures
 from test_bad_input import assert_refused, run_command
 
-import infoprobe.report.build as report_build
 from infoprobe.base.header import make_header
 from infoprobe.compare.spread import METRICS, RULE, SpreadError, seed_spread
 from infoprobe.model import ModelConfig
@@ -41,10 +40,8 @@ def runs(tmp_path_factory) -> list[Path]:
     root = tmp_path_factory.mktemp("spread")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    blank = report_build.render_png(Figure(figsize=(0.1, 0.1)), dpi=10)
     try:
-        with pytest.MonkeyPatch.context() as mp:  # drawing figures is most of a report's time
-            mp.setattr(report_build, "render_png", lambda fig, dpi=110: blank)
+        with blank_figures():
             run = root / "run"
             run_pipeline(run, TASK, MODEL, TRAIN, SETTINGS, seeds=SEEDS, progress=False, log=None)
             best = json.loads((run / "seeds" / "summary.json").read_text())["best_seed"]
