@@ -15,3 +15,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def blank_report_figures():
+    """Every report figure of the module written as a tiny blank PNG (tests/quick_reports.py).
+    Use in a module that tests the stages around the report, not its figures:
+    ``pytestmark = pytest.mark.usefixtures("blank_report_figures")``."""
+    from quick_reports import blank_figures
+
+    with blank_figures():
+        yield

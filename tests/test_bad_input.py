@@ -24,6 +24,8 @@ from infoprobe.probes.errors import ProbeError
 from infoprobe.probes.observed import Thresholds
 from infoprobe.train.config import TrainConfig, TrainingError
 
+pytestmark = pytest.mark.usefixtures("blank_report_figures")  # not the figures under test
+
 
 def fake_command(name: str, action=None) -> types.ModuleType:
     """A command module ``name`` whose run calls ``action(args)``; one option --k INT."""

@@ -4,10 +4,14 @@ import re
 from dataclasses import replace
 from html import unescape
 
+import pytest
+
 from infoprobe.infoflow import predict
 from infoprobe.model import ModelConfig
 from infoprobe.pipeline.demo import DemoConfig, run_demo
 from infoprobe.tasks import make_task
+
+pytestmark = pytest.mark.usefixtures("blank_report_figures")  # not the figures under test
 
 
 def test_demo_index_shows_both_models_verdicts_and_links(tmp_path):

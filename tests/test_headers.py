@@ -32,7 +32,7 @@ from infoprobe.probes.results import ProbeResults
 from infoprobe.tasks import make_task
 from infoprobe.train.config import TrainConfig
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("blank_report_figures", "one_thread")
 
 CONVENTIONS = Path(__file__).parents[1] / "docs" / "conventions.md"
 TASK = make_task("intrinsic-dim", T=5, D=2)

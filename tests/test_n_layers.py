@@ -17,7 +17,7 @@ from infoprobe.pipeline.settings import RunSettings
 from infoprobe.tasks import make_task
 from infoprobe.train.config import TrainConfig
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("blank_report_figures", "one_thread")
 
 TASK = make_task("intrinsic-dim", T=5, D=2)
 # three blocks of unequal widths, so that L, L + 1 and a head count cannot be mistaken

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from handset import handset_model, near_ties, true_sets
+from quick_reports import blank_figures
 
 from infoprobe.compare.instruments import flow
 from infoprobe.compare.null import (
@@ -202,7 +203,8 @@ def test_run_applies_the_null_q_it_is_given_and_refuses_one_outside_0_1(
 
     out = tmp_path / "run"
     argv = [*TRAIN, "--n-cache", "200", "--null-q", "0.2", "--out", str(out)]
-    assert run_command(monkeypatch, "run", argv) == 0
+    with blank_figures():  # the report's figures are not what is tested
+        assert run_command(monkeypatch, "run", argv) == 0
     assert json.loads((out / "comparison.json").read_text())["null_rule"]["q"] == 0.2
     manifest = json.loads((out / "run.json").read_text())
     assert manifest["stages"]["compare"]["key"]["null_q"] == 0.2

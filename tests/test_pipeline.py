@@ -19,6 +19,8 @@ from infoprobe.pipeline.settings import RunSettings
 from infoprobe.tasks import make_task
 from infoprobe.train.config import TrainConfig
 
+pytestmark = pytest.mark.usefixtures("blank_report_figures")  # not the figures under test
+
 TASK = make_task("intrinsic-dim", T=5, D=2)
 MODEL = ModelConfig(d_in=4, n_ctx=5, d_model=16, heads=(2, 2), d_mlp=16, d_readout=8)
 TRAIN = TrainConfig(steps=40, batch_size=64, n_val=128, n_test=128, eval_every=20, lr=3e-3)

@@ -12,6 +12,8 @@ from test_bad_input import one_line_refusal, run_command, snapshot
 
 from infoprobe.probes.results import ProbeResults
 
+pytestmark = pytest.mark.usefixtures("blank_report_figures")  # not the figures under test
+
 TRAIN = ["--task", "intrinsic-dim", "--D", "2", "--T", "4", "--steps", "5", "--quiet"]
 RUN = [*TRAIN, "--n-cache", "200", "--cache-batch", "100", "--no-rollout"]
 FILES = (
