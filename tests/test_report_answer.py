@@ -256,6 +256,8 @@ def test_threshold_lines_explain_a_zero_share_beside_a_high_auroc():
     assert "almost none clear the threshold" in line and "AUROC 0.900" in line
     at_predicted = inputs.predicted[1, :, :, :T] & ~np.eye(T + 1, T, dtype=bool)
     assert f"is {np.median(errors[1][at_predicted]):.3g} at predicted positions" in line
+    with_interval = threshold_line(check, 1, 0.9, "decodable", (0.8812, 0.9234))
+    assert "AUROC 0.900 [0.881, 0.923] compares" in with_interval
 
 
 def test_demo_index_leads_with_the_headline_and_each_models_figure(page, tmp_path):

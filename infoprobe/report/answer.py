@@ -233,9 +233,16 @@ def threshold_check(obs: Observations, predicted: np.ndarray) -> ThresholdCheck 
     )
 
 
-def threshold_line(check: ThresholdCheck, layer: int, auroc: float, word: str) -> str:
+def threshold_line(
+    check: ThresholdCheck,
+    layer: int,
+    auroc: float,
+    word: str,
+    interval: tuple[float, float] | None = None,
+) -> str:
     """Why the share at the fixed τ and the AUROC can tell different stories, in numbers:
-    the share counts cells that clear τ, the AUROC only compares the two groups' scores."""
+    the share counts cells that clear τ, the AUROC only compares the two groups' scores.
+    ``interval``: the AUROC's bootstrap interval, printed beside it when given."""
     relation = "<" if check.member_when == "below" else "≥"
     median = check.median_predicted[layer]
     text = (
@@ -251,7 +258,10 @@ def threshold_line(check: ThresholdCheck, layer: int, auroc: float, word: str) -
             " The typical predicted position does not clear τ, so the share stays small "
             "however the positions rank."
         )
-    text += f" AUROC {auroc:.3f} compares the two groups without a threshold"
+    shown = (
+        "" if interval is None or None in interval else f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+    )
+    text += f" AUROC {auroc:.3f}{shown} compares the two groups without a threshold"
     if auroc > 0.55 and check.pass_predicted[layer] < 0.05:
         text += (
             ": predicted positions score better than the others more often than not, but "

@@ -115,7 +115,10 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
         if check is not None:
             ours = by_predictor["infoflow"]
             entry["threshold_lines"] = [
-                answer.threshold_line(check, layer, ours.auroc(layer), obs.word) for layer in layers
+                answer.threshold_line(
+                    check, layer, ours.auroc(layer), obs.word, ours.auroc_interval(layer)
+                )
+                for layer in layers
             ]
         instruments[name] = entry
     primary = next(iter(instruments), None)
