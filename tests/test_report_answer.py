@@ -30,6 +30,8 @@ from infoprobe.report.figure_set import build_figures
 from infoprobe.report.inputs import ReportInputs
 from infoprobe.report.sections import ROLLOUT_MEANING
 
+pytestmark = pytest.mark.usefixtures("blank_report_figures")  # the page, not its figures
+
 
 def test_violation_sources_match_a_brute_force_count():
     rng = np.random.default_rng(3)
