@@ -333,6 +333,8 @@ BAD = [
     ({"sites": {**SITES, "pattern": "layers.{l}.norm1"}}, ["'layers.0.norm1'", "shape"]),
     ({"sites": {**SITES, "pattern": "layers.{l}.mix.softmax:input"}}, ["not an attention pattern"]),
     ({"d_out": 2}, ["'d_out' is 2"]),
+    ({"factory": 7}, ["'module:function'", "7"]),
+    ({"sites": "layers"}, ["field 'sites'", "'layers'"]),
     ({"heads": [2]}, ["heads of block 0", "[2, 2, 9, 9]"]),
 ]
 

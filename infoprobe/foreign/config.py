@@ -71,7 +71,8 @@ class ForeignConfig:
     pos_encoding: str = "none"
 
     def __post_init__(self) -> None:
-        module, _, function = self.factory.partition(":") if isinstance(self.factory, str) else ""
+        text = self.factory if isinstance(self.factory, str) else ""
+        module, _, function = text.partition(":")
         if not (module and function and all(p.isidentifier() for p in module.split("."))
                 and function.isidentifier()):  # fmt: skip
             raise ForeignModelError(
@@ -99,6 +100,11 @@ class ForeignConfig:
                 f"model's positional encoding, got {self.pos_encoding!r}"
             )
         sites = self.sites
+        if sites is not None and not isinstance(sites, Mapping | SiteMap):
+            raise ForeignModelError(
+                "foreign model_config field 'sites': expected an object with 'embed', "
+                f"'blocks' and optionally 'pattern', or null, got {sites!r}"
+            )
         if isinstance(sites, Mapping):
             sites = SiteMap.from_dict(
                 {"n_layers": len(self.heads), **sites}, "foreign model_config field 'sites'"
