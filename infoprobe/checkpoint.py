@@ -405,7 +405,7 @@ def with_task(source: str | Path, dest: str | Path, task: Task) -> Path:
     with atomic_output(dest, overwrite=True, directory=True, what="checkpoint", kind=FORMAT) as tmp:
         (tmp / WEIGHTS).write_bytes((Path(source) / WEIGHTS).read_bytes())
         if isinstance(ck.model_config, ForeignConfig):  # a factory module kept beside it
-            local = Path(source) / f"{ck.model_config.factory.split('.')[0].split(':')[0]}.py"
+            local = ck.model_config.local_file(Path(source))
             if local.is_file():
                 (tmp / local.name).write_bytes(local.read_bytes())
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))

@@ -157,7 +157,7 @@ class ForeignConfig:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
-            local = folder is not None and (folder / f"{module_name.split('.')[0]}.py").is_file()
+            local = folder is not None and self.local_file(folder).is_file()
             if not local or err.name != module_name.split(".")[0]:
                 raise ForeignModelError(
                     f"foreign model_config field 'factory' {self.factory!r}: cannot import "
@@ -177,6 +177,11 @@ class ForeignConfig:
                 f"{module_name!r} has no function {function!r}"
             )
         return fn
+
+    def local_file(self, folder: Path) -> Path:
+        """Where the factory's (top-level) module would lie beside a checkpoint in
+        ``folder``: ``folder / "<module>.py"``."""
+        return folder / f"{self.factory.partition(':')[0].split('.')[0]}.py"
 
     def source_file(self, folder: Path | None = None) -> Path | None:
         """The file the factory function is defined in (None: no source file)."""

@@ -155,10 +155,11 @@ def probe_checkpoint(
     ck.task.structure().check_fits(ck.task.T)
     check_sites(list(ck.model.hook_dict), ck.model_config.n_layers, settings.sites)
     folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
+    code_sha = ck.factory_sha256  # hashes the factory's file: read once
     ckpt_key = {
         "checkpoint": str(source),
         "weights_sha256": ck.weights_sha256,
-        **({"factory_sha256": ck.factory_sha256} if ck.factory_sha256 else {}),
+        **({"factory_sha256": code_sha} if code_sha else {}),
         "task": ck.task.to_dict(),
     }
     stages = []
