@@ -283,8 +283,11 @@ class Attention(nn.Module):
             HookPoint(),
         )
 
-    def forward(self, resid: torch.Tensor) -> torch.Tensor:
-        q = self.hook_q(torch.einsum("bpe,hen->bphn", resid, self.W_Q) + self.b_Q)
+    def forward(self, resid: torch.Tensor, cls_only: bool = False) -> torch.Tensor:
+        """resid [b, p, e] → attention output [b, p, e]; with ``cls_only`` only the CLS
+        token queries (keys and values still come from every position): [b, 1, e]."""
+        query = resid[:, -1:] if cls_only else resid
+        q = self.hook_q(torch.einsum("bpe,hen->bphn", query, self.W_Q) + self.b_Q)
         k = self.hook_k(torch.einsum("bpe,hen->bphn", resid, self.W_K) + self.b_K)
         v = self.hook_v(torch.einsum("bpe,hen->bphn", resid, self.W_V) + self.b_V)
         scores = torch.einsum("bqhn,bkhn->bhqk", q, k) / math.sqrt(self.d_head)
@@ -327,9 +330,13 @@ class Block(nn.Module):
     def _add(self, resid: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
         return resid + update if self.residual else update
 
-    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+    def forward(self, resid: torch.Tensor, cls_only: bool = False) -> torch.Tensor:
+        """resid [b, p, e] → [b, p, e]; with ``cls_only`` the block is computed for the
+        CLS token alone (the other positions still serve as keys and values): [b, 1, e]."""
         resid = self.hook_resid_pre(resid)
-        attn_out = self.hook_attn_out(self.attn(self.ln1(resid)))
+        attn_out = self.hook_attn_out(self.attn(self.ln1(resid), cls_only))
+        if cls_only:
+            resid = resid[:, -1:]
         resid = self.hook_resid_mid(self._add(resid, attn_out))
         if self.mlp is not None:
             resid = self._add(resid, self.hook_mlp_out(self.mlp(self.ln2(resid))))
@@ -359,6 +366,26 @@ class Readout(nn.Module):
         return (hidden @ self.W_2 + self.b_2) * self.y_scale + self.y_mean
 
 
+def is_hooked(module: nn.Module) -> bool:
+    """Whether a forward or backward hook would see a tensor inside ``module``: a hook
+    on it or on any of its submodules (TransformerLens hooks are torch module hooks), or
+    a global module hook."""
+    from torch.nn.modules import module as torch_module
+
+    global_hooks = (
+        torch_module._global_forward_hooks,
+        torch_module._global_forward_pre_hooks,
+        torch_module._global_backward_hooks,
+        torch_module._global_backward_pre_hooks,
+    )
+    if any(global_hooks):
+        return True
+    return any(
+        m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+        for m in module.modules()
+    )
+
+
 class InfoFlowTransformer(HookedRootModule):
     """The paper's model: x(1..T) ∈ R^d, CLS at position T, L blocks, readout on CLS.
 
@@ -366,7 +393,17 @@ class InfoFlowTransformer(HookedRootModule):
     the residual stream [b, T+1, d_model] entering block k (TransformerLens semantics;
     k = 0 gives the embedding). Weights are initialised from ``seed`` with a local
     generator (no global RNG state is touched).
+
+    ``model(x)`` computes the last block for the CLS token alone (its other positions
+    serve only as keys and values), since the readout reads nothing else: the same
+    function with about 40 % fewer FLOPs in a two-block model, equal to the full
+    computation within float32 rounding. Any hook in the last block (``run_with_cache``,
+    ``hooks``, a torch module hook) or a ``stop_at_layer`` gives the full computation, so
+    every hook sees every position. Set the class attribute ``trim_last_block = False``
+    for the full computation always.
     """
+
+    trim_last_block: bool = True
 
     def __init__(self, cfg: ModelConfig, seed: int = 0):
         super().__init__()
@@ -399,10 +436,14 @@ class InfoFlowTransformer(HookedRootModule):
         resid = self.hook_embed(self.embed(x))
         if self.pos_embed is not None:
             resid = resid + self.hook_pos_embed(self.pos_embed(x.shape[0]))
-        for block in self.blocks[:stop_at_layer]:
-            resid = block(resid)
         if stop_at_layer is not None:
+            for block in self.blocks[:stop_at_layer]:
+                resid = block(resid)
             return resid
+        *first, last = self.blocks
+        for block in first:
+            resid = block(resid)
+        resid = last(resid, cls_only=self.trim_last_block and not is_hooked(last))
         return self.readout(resid[:, -1])
 
     def run_with_cache(

@@ -55,12 +55,61 @@ def reference_forward(model: InfoFlowTransformer, x: torch.Tensor) -> torch.Tens
         {"residual": False},
         {"d_mlp": 0},
         {"d_head": 5},
+        {"heads": (3,), "layer_norm": True},
     ],
 )
 def test_forward_matches_independent_reference(kw):
     model = make(**kw)
     x = x_batch(model)
     torch.testing.assert_close(model(x), reference_forward(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_match_independent_reference():
+    model = make(pos_encoding="learned")
+    x = x_batch(model)
+    params = list(model.parameters())
+    trimmed = torch.autograd.grad(model(x).square().sum(), params, allow_unused=True)
+    full = torch.autograd.grad(reference_forward(model, x).square().sum(), params)
+    for name, a, b in zip(dict(model.named_parameters()), trimmed, full, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_last_block_runs_for_cls_alone_unless_something_reads_it():
+    """model(x) computes the last FFN on the CLS token only; a hook anywhere in the last
+    block (TransformerLens, torch module, global) or the class switch gives the full
+    block, with the same output."""
+    model = make()
+    x = x_batch(model)
+    widths = []  # positions reaching the last block's FFN, per call
+    mlp = model.blocks[-1].mlp
+    mlp_forward = mlp.forward
+    mlp.forward = lambda resid: widths.append(resid.shape[1]) or mlp_forward(resid)
+    out = model(x)
+    seen = []
+
+    def look(tensor, hook):
+        seen.append(tuple(tensor.shape))
+
+    model.run_with_hooks(x, fwd_hooks=[("blocks.0.hook_resid_post", look)])
+    assert widths == [1, 1] and seen == [(5, 7, 24)]  # a hook before the last block: trimmed
+    full = {}
+    full["hook"] = model.run_with_hooks(x, fwd_hooks=[("blocks.1.attn.hook_z", look)])
+    assert seen[-1] == (5, 7, 3, 8)
+    handle = model.blocks[-1].ln2.register_forward_hook(lambda *args: None)
+    full["module hook"] = model(x)
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *args: None)
+    full["global hook"] = model(x)
+    handle.remove()
+    InfoFlowTransformer.trim_last_block = False
+    try:
+        full["switch"] = model(x)
+    finally:
+        InfoFlowTransformer.trim_last_block = True
+    assert widths == [1, 1, 7, 7, 7, 7]
+    for why, y in full.items():
+        torch.testing.assert_close(y, out, rtol=1e-5, atol=1e-6, msg=why)
+    assert model(x).shape == out.shape and widths[-1] == 1
 
 
 @pytest.mark.parametrize(
