@@ -1,5 +1,6 @@
 """Training loop: NMSE definition, schedule, determinism, learning, divergence handling."""
 
+import copy
 import math
 
 import numpy as np
@@ -11,7 +12,7 @@ from infoprobe.checkpoint import load_checkpoint
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
 from infoprobe.train.config import NonFiniteLossError, TrainConfig, TrainingError
-from infoprobe.train.loop import lr_factor, nmse, train, train_and_save
+from infoprobe.train.loop import lr_factor, nmse, setup_training, train, train_and_save
 
 SMALL = TrainConfig(steps=60, batch_size=64, n_val=256, n_test=256, eval_every=20, lr=2e-3)
 
@@ -56,6 +57,22 @@ def test_training_is_deterministic_and_leaves_global_rng_alone():
     assert a.history == b.history
     for p, q in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_optimiser_steps_as_torch_adamw_does_parameter_by_parameter():
+    task = make_task("intrinsic-dim", T=4, D=1)
+    model, opt, _ = setup_training(task, small_model(task), SMALL)
+    twin = copy.deepcopy(model)
+    lr = opt.param_groups[0]["lr"]  # the schedule's first step
+    loop = torch.optim.AdamW(twin.parameters(), lr=lr, weight_decay=0.01, foreach=False)
+    x = torch.randn(32, task.T, task.d, generator=torch.Generator().manual_seed(0))
+    for _ in range(5):
+        for m, o in ((model, opt), (twin, loop)):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q), name
 
 
 def test_training_learns_a_retrieval_task_and_keeps_the_best_model():

@@ -95,7 +95,11 @@ def setup_training(
     """A fresh model (:func:`new_model`), its AdamW optimiser and its warm-up + cosine
     schedule."""
     model = new_model(task, model_cfg, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # foreach: the same arithmetic as the per-parameter loop torch picks on a CPU (equal
+    # bit for bit), in a few batched kernels instead of about 15 small ops per parameter
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     return model, opt, sched
 
