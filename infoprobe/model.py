@@ -20,6 +20,7 @@ import einops
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.modules import module as torch_module
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
@@ -370,8 +371,6 @@ def is_hooked(module: nn.Module) -> bool:
     """Whether a forward or backward hook would see a tensor inside ``module``: a hook
     on it or on any of its submodules (TransformerLens hooks are torch module hooks), or
     a global module hook."""
-    from torch.nn.modules import module as torch_module
-
     global_hooks = (
         torch_module._global_forward_hooks,
         torch_module._global_forward_pre_hooks,
