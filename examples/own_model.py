@@ -6,7 +6,7 @@ as the factory and where its states live (the site map); then every instrument r
 it: cache, probes, flow, InfoFlow's prediction, the observed program, the report.
 
     python examples/own_model.py --out runs/own-model
-    infoprobe probe-checkpoint runs/own-model/checkpoint --out runs/own-model/probe-cli
+    infoprobe probe-checkpoint runs/own-model/checkpoint --trust-code --out runs/own-model/probe-cli
 """
 
 import argparse
@@ -89,8 +89,9 @@ def save_and_probe(model, task, config: ForeignConfig, out: Path, *, n: int, sou
     for code in {Path(source).resolve(), Path(__file__).resolve()}:  # the factory's code
         shutil.copy(code, ckpt / code.name)  # travels with the weights
     print(f"checkpoint: {ckpt}")
+    # our own code, beside our own weights: trusted, so infoprobe may import and call it
     summary = probe_checkpoint(ckpt, out / "probe", RunSettings(n_cache=n), overwrite=True,
-                               progress=False)  # fmt: skip
+                               progress=False, trust_code=True)  # fmt: skip
     print("\n".join(summary.lines()))
 
 

@@ -29,10 +29,11 @@ from transformer_lens import HookedRootModule
 from infoprobe import __version__
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.errors import UsageError, UserError
-from infoprobe.base.header import check_header, make_header
+from infoprobe.base.header import MODEL_IDENTITY, check_header, make_header
 from infoprobe.foreign.check import check_foreign_model
 from infoprobe.foreign.config import ForeignConfig, build_model, config_from_dict, weights_module
 from infoprobe.foreign.errors import ForeignModelError
+from infoprobe.foreign.trust import check_trusted, model_code_sha256
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
 if TYPE_CHECKING:  # hub → pillar; imported at run time only where needed
@@ -92,20 +93,19 @@ class Checkpoint:
     task: Task
     model_config: ModelConfig | ForeignConfig
     meta: dict = field(repr=False)
+    model_code_sha256: str | None = None
+    """A foreign model's code (:func:`infoprobe.foreign.trust.model_code_sha256`: the
+    factory module's file and every ``.py`` file in the folder); None for infoprobe's own
+    model, whose code is this package's version."""
 
     @property
     def weights_sha256(self) -> str:
         return self.meta["weights_sha256"]
 
     @property
-    def factory_sha256(self) -> str | None:
-        """SHA-256 of the source file of a foreign model's factory module (None for
-        infoprobe's own model, or a factory without a source file): the code that builds
-        the model, beside the weights' hash."""
-        if not isinstance(self.model_config, ForeignConfig):
-            return None
-        source = self.model_config.source_file(self.path)
-        return None if source is None else file_sha256(source)
+    def model_identity(self) -> dict[str, str | None]:
+        """The :data:`MODEL_IDENTITY` fields of this model: weights and (foreign) code."""
+        return dict(zip(MODEL_IDENTITY, (self.weights_sha256, self.model_code_sha256), strict=True))
 
     @property
     def history(self) -> list[dict]:
@@ -256,13 +256,22 @@ def _check_meta_types(meta: dict, meta_path: Path) -> None:
 
 
 def load_checkpoint(
-    path: str | Path, device: str | torch.device = "cpu", *, task: Task | None = None
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    task: Task | None = None,
+    trust_code: bool = False,
 ) -> Checkpoint:
     """Load a checkpoint folder: model (eval mode, on ``device``), task spec and metadata.
 
     Verifies the weights file against the recorded SHA-256, so a truncated or swapped
     weights file is reported instead of loaded. ``task`` supplies the task of a checkpoint
     whose ``checkpoint.json`` has none (it must agree with a recorded one).
+
+    A checkpoint whose ``model_config`` names a factory (a model built by someone's code)
+    is refused with :class:`~infoprobe.foreign.trust.UntrustedCodeError` before anything is
+    imported, unless ``trust_code`` (docs/own-model.md, "Trust"); infoprobe's own model
+    runs no code of the checkpoint's and needs no trust.
     """
     from infoprobe.tasks import task_from_dict  # hub → pillar, imported where needed
 
@@ -290,6 +299,10 @@ def load_checkpoint(
             f"'weights_sha256' {meta['weights_sha256'][:12]}… (truncated or replaced file)"
         )
     cfg = _model_config(meta, path / META)
+    code_sha = None
+    if isinstance(cfg, ForeignConfig):
+        check_trusted(cfg.factory, path, str(path / META), trust_code=trust_code)
+        code_sha = model_code_sha256(cfg.factory, path)
     try:
         model = build_model(cfg, folder=path)
     except ForeignModelError as err:
@@ -310,7 +323,14 @@ def load_checkpoint(
             check_foreign_model(model, cfg, task)
         except ForeignModelError as err:
             raise CheckpointError(f"{path / META}: {err}") from None
-    return Checkpoint(path, model, task, cfg, {**meta, "task": task.to_dict()})
+    return Checkpoint(path, model, task, cfg, {**meta, "task": task.to_dict()}, code_sha)
+
+
+def as_checkpoint(checkpoint: str | Path | Checkpoint, trust_code: bool = False) -> Checkpoint:
+    """``checkpoint`` itself when loaded, else :func:`load_checkpoint` of the folder."""
+    if isinstance(checkpoint, Checkpoint):
+        return checkpoint
+    return load_checkpoint(checkpoint, trust_code=trust_code)
 
 
 def check_task_fits(task: Task, cfg: ModelConfig | ForeignConfig, where: Path) -> None:
@@ -393,20 +413,23 @@ def check_tensors(
             )
 
 
-def with_task(source: str | Path, dest: str | Path, task: Task) -> Path:
+def with_task(
+    source: str | Path, dest: str | Path, task: Task, *, trust_code: bool = False
+) -> Path:
     """Copy checkpoint ``source`` to ``dest`` with ``task`` recorded in its JSON.
 
     For checkpoints made outside infoprobe's training that lack a task spec; the
     weights are copied byte for byte (same hash), the copy is written atomically.
+    ``trust_code`` as in :func:`load_checkpoint`.
     """
-    ck = load_checkpoint(source, task=task)
+    ck = load_checkpoint(source, task=task, trust_code=trust_code)
     meta = {k: v for k, v in ck.meta.items() if k != "format_version"}  # schema 1's version
     meta.update(make_header(FORMAT, SCHEMA_VERSION))  # a new file: this schema's header
     with atomic_output(dest, overwrite=True, directory=True, what="checkpoint", kind=FORMAT) as tmp:
         (tmp / WEIGHTS).write_bytes((Path(source) / WEIGHTS).read_bytes())
-        if isinstance(ck.model_config, ForeignConfig):  # a factory module kept beside it
-            local = ck.model_config.local_file(Path(source))
-            if local.is_file():
-                (tmp / local.name).write_bytes(local.read_bytes())
+        for code in Path(source).rglob("*.py"):  # the model's code kept beside it
+            copy = tmp / code.relative_to(source)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(code.read_bytes())
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
     return Path(dest)

@@ -30,6 +30,7 @@ import infoprobe.commands as commands_package
 from infoprobe import __version__
 from infoprobe.base.allocator import keep_freed_memory
 from infoprobe.base.errors import UserError
+from infoprobe.train.state import BUDGET_EXIT, BudgetStop
 
 # The order users meet the commands in (the pipeline's order); others follow.
 # A name here whose module does not exist is simply never matched.
@@ -64,6 +65,12 @@ EXIT_STATUS = {
 }
 """Exit status -> its meaning, for every command (``{failure}``: the module's
 ``EXIT_FAILURE``, or :data:`NO_FAILURE`)."""
+BUDGET_STATUS = (
+    "stopped by --budget-minutes at a state: the line `{prog}: stopped at step k of N after M "
+    "minutes; run the same command to continue` is printed, and the same command continues "
+    "from the state"
+)
+"""Status :data:`~infoprobe.train.state.BUDGET_EXIT` of a command with a time budget."""
 NO_FAILURE = "an internal error, printed with its traceback (please report it)"
 """Status 1 of a command whose result cannot fail (no ``EXIT_FAILURE``)."""
 
@@ -86,25 +93,31 @@ def command_modules() -> list[ModuleType]:
     return [m for m in modules if callable(getattr(m, "register", None))]
 
 
-def exit_status_text(prog: str, failure: str | None) -> str:
-    """The ``exit status:`` paragraph of ``prog``'s help, from :data:`EXIT_STATUS`."""
+def exit_status_text(prog: str, failure: str | None, budget: bool = False) -> str:
+    """The ``exit status:`` paragraph of ``prog``'s help, from :data:`EXIT_STATUS` (and
+    :data:`BUDGET_STATUS` for a command that takes ``--budget-minutes``)."""
     failure = NO_FAILURE if failure is None else f"{failure}; or {NO_FAILURE}"
+    table = {**EXIT_STATUS, **({BUDGET_EXIT: BUDGET_STATUS} if budget else {})}
     lines = [
         textwrap.fill(f"{code:<4}{text.format(prog=prog, failure=failure)}", 86,
                       initial_indent="  ", subsequent_indent="      ")
-        for code, text in EXIT_STATUS.items()
+        for code, text in sorted(table.items())
     ]  # fmt: skip
     return "exit status:\n" + "\n".join(lines)
 
 
 def _add_exit_status(
-    parser: argparse.ArgumentParser, failure: str | None, prog: str | None = None
+    parser: argparse.ArgumentParser,
+    failure: str | None,
+    prog: str | None = None,
+    budget: bool = False,
 ) -> None:
     """Append the exit-status paragraph to ``parser``'s epilog and its subcommands' (whose
     errors are reported under the command's ``prog``)."""
     prog = prog or parser.prog
+    budget = budget or any("--budget-minutes" in a.option_strings for a in parser._actions)
     epilog = (parser.epilog or "").rstrip("\n")
-    parser.epilog = (epilog + "\n\n" if epilog else "") + exit_status_text(prog, failure)
+    parser.epilog = (epilog + "\n\n" if epilog else "") + exit_status_text(prog, failure, budget)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in dict.fromkeys(action._name_parser_map.values()):
@@ -119,7 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
             "observed information sets with the InfoFlow prediction.\n\n"
             "Pipeline: train -> cache (and its random-init control) -> probe (decodability) "
             "-> flow and flow control (`infoprobe influence`) -> predict -> compare -> report "
-            "(`infoprobe run` chains them; `infoprobe demo` is a curated small run)."
+            "(`infoprobe run` chains them; `infoprobe demo` is a curated small run).\n\n"
+            "Trust: a checkpoint of your own model names its factory (model_config.factory), "
+            "code that building the model runs. cache, influence and probe-checkpoint run it "
+            "only with --trust-code and refuse such a checkpoint otherwise, before importing "
+            "anything; report --checkpoint reads checkpoint.json and never runs it. "
+            "infoprobe's own checkpoints hold no code (safetensors weights and JSON)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run `infoprobe COMMAND --help` for each command's options and examples.",
@@ -206,6 +224,9 @@ def _run(argv: list[str] | None) -> int:
     previous = _on_sigterm(_terminate)
     try:
         return int(args.func(args) or 0)
+    except BudgetStop as stop:
+        print(f"infoprobe {args.command}: {stop}", file=sys.stderr)
+        return BUDGET_EXIT
     except Terminated:
         print(f"infoprobe {args.command}: terminated", file=sys.stderr)
         return TERMINATED

@@ -195,7 +195,7 @@ def test_malformed_site_references_are_refused(value, words):
 
 
 def test_checkpoint_round_trip_rebuilds_the_model_from_its_factory(trained_checkpoint):
-    ck = load_checkpoint(trained_checkpoint)
+    ck = load_checkpoint(trained_checkpoint, trust_code=True)
     assert isinstance(ck.model, HookedAdapter) and ck.model_config == trained_config()
     meta = json.loads((trained_checkpoint / "checkpoint.json").read_text())
     assert meta["model_config"]["factory"] == "foreign_models:build"
@@ -208,8 +208,10 @@ def test_checkpoint_round_trip_rebuilds_the_model_from_its_factory(trained_check
 def test_every_instrument_runs_on_the_foreign_model(trained_checkpoint, tmp_path):
     out = tmp_path / "run"
     with blank_figures():
-        summary = probe_checkpoint(trained_checkpoint, out, SETTINGS, progress=False)
-    model = load_checkpoint(trained_checkpoint).model.wrapped
+        summary = probe_checkpoint(
+            trained_checkpoint, out, SETTINGS, progress=False, trust_code=True
+        )
+    model = load_checkpoint(trained_checkpoint, trust_code=True).model.wrapped
     with open_cache(out / "acts.h5") as cache:
         x = cache.x[:]
         states, patterns = own_states(model, torch.as_tensor(x))
@@ -236,7 +238,7 @@ def test_handset_foreign_model_flow_sets_are_its_true_sets_from_the_cli(
 ):
     out = tmp_path / "run"
     argv = ["probe-checkpoint", str(handset_checkpoint), "--out", str(out),
-            "--n-cache", "600", "--no-rollout", "--quiet"]  # fmt: skip
+            "--n-cache", "600", "--no-rollout", "--quiet", "--trust-code"]  # fmt: skip
     with blank_figures():
         assert main(argv) == 0
     flow = read_influence(out / "flow.h5")
@@ -253,8 +255,13 @@ def test_handset_foreign_model_flow_sets_are_its_true_sets_from_the_cli(
 def test_cache_and_influence_commands_take_a_foreign_checkpoint(handset_checkpoint, tmp_path):
     acts, flow = tmp_path / "acts.h5", tmp_path / "flow.h5"
     ckpt = str(handset_checkpoint)
-    assert main(["cache", ckpt, "--out", str(acts), "--n", "64", "--quiet"]) == 0
-    assert main(["influence", ckpt, "--cache", str(acts), "--out", str(flow), "--quiet"]) == 0
+    assert main(["cache", ckpt, "--out", str(acts), "--n", "64", "--quiet", "--trust-code"]) == 0
+    assert (
+        main(
+            ["influence", ckpt, "--cache", str(acts), "--out", str(flow), "--quiet", "--trust-code"]
+        )
+        == 0
+    )
     with open_cache(acts) as cache:
         x = cache.x[:]
         got = cache.acts("blocks.0.hook_resid_post")[:]
@@ -271,15 +278,20 @@ def test_a_factory_module_beside_the_checkpoint_is_found(handset_checkpoint, tmp
     ckpt = edited(handset_checkpoint, tmp_path, factory="beside_models:build")
     (ckpt / "beside_models.py").write_text(source)
     acts = tmp_path / "acts.h5"
-    assert main(["cache", str(ckpt), "--out", str(acts), "--n", "64", "--quiet"]) == 0
+    assert (
+        main(["cache", str(ckpt), "--out", str(acts), "--n", "64", "--quiet", "--trust-code"]) == 0
+    )
     assert "beside_models" in sys.modules and str(ckpt) not in sys.path
     with open_cache(acts) as cache:
         x, got = cache.x[:], cache.acts("blocks.0.hook_resid_post")[:]
     states, _ = own_states(handset(TASK.d), torch.as_tensor(x))
     np.testing.assert_allclose(got, states[1].detach().numpy(), rtol=1e-5, atol=1e-5)
-    # the code that builds the model is hashed beside the weights (part of a run's key)
+    # the code that builds the model is hashed beside the weights, into the cache too
     digest = hashlib.sha256((ckpt / "beside_models.py").read_bytes()).hexdigest()
-    assert load_checkpoint(ckpt).factory_sha256 == digest
+    expected = hashlib.sha256(f"beside_models.py\0{digest}\0".encode()).hexdigest()
+    assert load_checkpoint(ckpt, trust_code=True).model_code_sha256 == expected
+    with open_cache(acts) as cache:
+        assert cache.provenance["model_code_sha256"] == expected
 
 
 def test_a_model_that_hides_its_attention_still_gets_every_other_instrument(tmp_path):
@@ -288,7 +300,9 @@ def test_a_model_that_hides_its_attention_still_gets_every_other_instrument(tmp_
                            config=trained_config(hidden))  # fmt: skip
     out = tmp_path / "run"
     with blank_figures():
-        probe_checkpoint(ckpt, out, RunSettings(n_cache=600, batch_size=200), progress=False)
+        probe_checkpoint(
+            ckpt, out, RunSettings(n_cache=600, batch_size=200), progress=False, trust_code=True
+        )
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["heads"] is None
     assert set(comparison["comparisons"]) == {"flow", "flow (random-init)", "decodability"}
@@ -303,7 +317,9 @@ def test_a_hooked_root_module_with_transformer_lens_names_works_as_it_is(tmp_pat
     from infoprobe.model import InfoFlowTransformer
 
     model = InfoFlowTransformer(cfg, seed=3)
-    ck = load_checkpoint(save_checkpoint(tmp_path / "ck", model, TASK, config=foreign))
+    ck = load_checkpoint(
+        save_checkpoint(tmp_path / "ck", model, TASK, config=foreign), trust_code=True
+    )
     assert type(ck.model) is InfoFlowTransformer
     x = torch.as_tensor(TASK.sample(4, np.random.default_rng(5))[0])
     torch.testing.assert_close(ck.model(x), model(x))
@@ -344,7 +360,7 @@ def test_a_broken_foreign_checkpoint_is_one_line_and_writes_nothing(
     monkeypatch, capsys, tmp_path, handset_checkpoint, fields, words
 ):
     ckpt = edited(handset_checkpoint, tmp_path, **fields)
-    argv = [str(ckpt), "--out", str(tmp_path / "run"), "--n-cache", "600"]
+    argv = [str(ckpt), "--out", str(tmp_path / "run"), "--n-cache", "600", "--trust-code"]
     assert_refused(monkeypatch, capsys, tmp_path, "probe-checkpoint", argv, words)
 
 
@@ -355,7 +371,7 @@ def test_a_hand_written_json_without_the_hash_is_told_the_hash(
     meta = json.loads((ckpt / "checkpoint.json").read_text())
     sha = meta.pop("weights_sha256")
     (ckpt / "checkpoint.json").write_text(json.dumps(meta))
-    argv = [str(ckpt), "--out", str(tmp_path / "acts.h5"), "--n", "64"]
+    argv = [str(ckpt), "--out", str(tmp_path / "acts.h5"), "--n", "64", "--trust-code"]
     assert_refused(monkeypatch, capsys, tmp_path, "cache", argv, ["weights_sha256", sha])
 
 

@@ -426,17 +426,20 @@ def all_parsers() -> dict[str, argparse.ArgumentParser]:
 def test_every_help_ends_with_the_exit_status():
     """Each command's --help ends with the same exit-status table (every status of
     infoprobe.cli.EXIT_STATUS, 0, 1, 2 and 130 among them); status 1 says what fails for
-    the commands whose result can fail."""
+    the commands whose result can fail; the commands with a time budget list its status."""
     from infoprobe.cli import EXIT_STATUS
     from infoprobe.commands import reproduce, train
+    from infoprobe.train.state import BUDGET_EXIT
 
     parsers = all_parsers()
     assert "infoprobe cache info" in parsers and {0, 1, 2, 130} <= set(EXIT_STATUS)
+    budgeted = {"infoprobe train", "infoprobe run", "infoprobe reproduce"}
     for prog, parser in parsers.items():
         assert "exit status:" in parser.format_help(), prog
         tail = parser.format_help().split("exit status:\n")[-1]
         codes = [line.split()[0] for line in tail.splitlines() if not line.startswith("      ")]
-        assert codes == [str(code) for code in EXIT_STATUS], prog
+        expected = set(EXIT_STATUS) | ({BUDGET_EXIT} if prog in budgeted else set())
+        assert codes == [str(code) for code in sorted(expected)], prog
         command = prog.split()[1]
         assert f"`infoprobe {command}: error: ...`" in tail, prog
     for module, prog in ((train, "infoprobe train"), (reproduce, "infoprobe reproduce")):

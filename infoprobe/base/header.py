@@ -42,6 +42,12 @@ AXES = (
 pattern, ``tau`` a threshold sweep; ``d_*`` are feature axes named after their size."""
 
 
+MODEL_IDENTITY = ("checkpoint_sha256", "model_code_sha256")
+"""The provenance fields that name a model: the SHA-256 of its weights file and of a
+foreign model's code (None for infoprobe's own model). Files made from two models that
+differ in either are never combined."""
+
+
 def utc_now() -> str:
     """The current time as ISO 8601 UTC to the second: ``2026-01-31T12:00:00Z``."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -73,6 +79,9 @@ def read_json_object(
     """The JSON object in ``path``; ``error`` naming the file when it is not valid JSON
     (truncated, say) or holds another JSON value, with ``fix`` (what to do) appended."""
     tail = f"; {fix}" if fix else ""
+    if not Path(path).is_file():
+        what = "a folder, not a JSON file" if Path(path).is_dir() else "no such file"
+        raise error(f"{path}: {what}{tail}")
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:

@@ -180,3 +180,52 @@ def site_spec(text: str) -> str:
     except UnknownSiteError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text
+
+
+TRUST_HELP = (
+    "run the model code a checkpoint names (its model_config.factory: a module beside "
+    "checkpoint.json or on sys.path, called with the kwargs the JSON gives). Without it "
+    "such a checkpoint is refused before anything is imported; give it only for "
+    "checkpoints whose code you trust (docs/own-model.md, 'Trust')"
+)
+
+
+def add_trust_argument(parser: argparse.ArgumentParser) -> None:
+    """``--trust-code``: the opt-in to a foreign checkpoint's code, on every command that
+    builds a checkpoint's model."""
+    parser.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
+
+
+def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--state-every``, ``--budget-minutes`` and ``--restart``: training that outlives its
+    process (:mod:`infoprobe.train.state`)."""
+    from infoprobe.train.state import BUDGET_EXIT, STATE_EVERY
+
+    group = parser.add_argument_group(
+        "resumable training",
+        "Training writes its state (weights, optimiser, schedule, random generators, history)"
+        " beside its output every --state-every steps; the same command, run again, "
+        "continues from it, and the result equals an uninterrupted run on the same threads "
+        "and device. A state of other settings is refused.",
+    )
+    group.add_argument("--state-every", type=positive_int, default=STATE_EVERY, metavar="N",
+                       help=f"steps between states (default {STATE_EVERY})")  # fmt: skip
+    group.add_argument(
+        "--budget-minutes",
+        type=non_negative_float,
+        default=None,
+        metavar="M",
+        help="stop at the first state after M minutes, write it and exit with status "
+        f"{BUDGET_EXIT}; run the same command again to continue",
+    )
+    group.add_argument(
+        "--restart", action="store_true", help="discard an existing state and start over"
+    )
+
+
+def resume_from_args(args: argparse.Namespace):
+    """The :class:`~infoprobe.train.state.Resume` the resume options give (its budget
+    counted from now)."""
+    from infoprobe.train.state import Resume
+
+    return Resume.budget(args.budget_minutes, every=args.state_every, restart=args.restart)

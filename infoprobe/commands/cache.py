@@ -12,7 +12,7 @@ import json
 import torch
 
 from infoprobe.base.errors import UsageError
-from infoprobe.commands.argtypes import positive_int
+from infoprobe.commands.argtypes import add_trust_argument, positive_int
 from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
 from infoprobe.hooks import CacheError, CacheFile, open_cache, read_header
 from infoprobe.hooks.schema import DatasetPlan
@@ -91,6 +91,7 @@ def _add_write_options(p: argparse.ArgumentParser) -> None:
         "also survive a power loss (slower; a killed process never needs it)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_trust_argument(p)
 
 
 class _CheckpointOrSubcommand(argparse._SubParsersAction):
@@ -246,7 +247,9 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = settings_from_args(CacheSettings, args)
-    job = checkpoint_cache_job(args.checkpoint, **settings.job_options())
+    job = checkpoint_cache_job(
+        args.checkpoint, trust_code=args.trust_code, **settings.job_options()
+    )
     plan, spec = job.plan, job.provenance["data_spec"]
     weights = (
         "trained weights"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.commands.argtypes import positive_int, seed
+from infoprobe.commands.argtypes import add_trust_argument, positive_int, seed
 from infoprobe.commands.settingsargs import (
     DeviceSetting,
     add_settings_arguments,
@@ -91,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--overwrite", action="store_true", help="replace an existing influence file at --out"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_trust_argument(p)
     p.set_defaults(func=run)
 
 
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         overwrite=args.overwrite,
         progress=not args.quiet,
+        trust_code=args.trust_code,
     )
     T = result.T
     print(

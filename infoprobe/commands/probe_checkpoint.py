@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands.argtypes import add_trust_argument
 from infoprobe.commands.run import add_analysis_arguments, run_settings_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.pipeline.run import probe_checkpoint
@@ -31,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="run folder")
     add_task_arguments(p, required=False)
     add_analysis_arguments(p, device=True)
+    add_trust_argument(p)
     p.set_defaults(func=run)
 
 
@@ -44,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=not args.quiet,
         log=print,
+        trust_code=args.trust_code,
     )
     print("\n".join(summary.lines()))
     return 0

@@ -64,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         history, ckpt_prov = checkpoint_history(args.checkpoint, sources)
         extra[f"checkpoint ({args.checkpoint})"] = ckpt_prov
+        code = ckpt_prov.get("model_code")
+        if code is not None:  # said, never run: the report reads the checkpoint's JSON only
+            print(
+                f"checkpoint {args.checkpoint} names model code {code['factory']!r} "
+                f"({', '.join(code['files']) or 'no file found'}; model code SHA-256 "
+                f"{code['model_code_sha256'][:16]}…): read for its training curve, not run"
+            )
     compared = compare_sources(sources, rollout, null_q=args.null_q)
     inputs = from_sources(
         sources,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from infoprobe.commands.argtypes import positive_int
+from infoprobe.commands.argtypes import add_resume_arguments, positive_int, resume_from_args
 from infoprobe.commands.settingsargs import DeviceSetting, add_settings_arguments
 from infoprobe.reproduce import CLAIMS, SweepError, estimate, reproduce
 
@@ -32,7 +32,10 @@ it departs from the paper (e.g. lr 2e-3 instead of 1e-3, T=16 instead of 64); 'p
 uses the paper's sizes, for a GPU (--device cuda) or a patient CPU.
 
 Resumable: each finished run writes OUT/runs/<run_id>/record.json (and its checkpoint);
-re-running the same command skips finished runs and retrains only unfinished ones.
+an unfinished run keeps its state in OUT/runs/<run_id>/state.safetensors every
+--state-every steps. Re-running the same command skips finished runs and continues the
+unfinished ones from their states; --budget-minutes M stops every run at its first state
+after M minutes, so a study runs as a series of pieces (docs/reproduction.md).
 Outputs: OUT/results.json (every run: config, seed, NMSE history, times), OUT/*.png,
 OUT/report.html, and the table printed here.
 """
@@ -127,6 +130,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="time a few steps of each config on this machine and print the projected "
         "wall time of the sweep (local plan: --workers x --threads); trains nothing",
     )
+    add_resume_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -142,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             ray_address=args.ray_address,
             out=args.out,
             figures=not args.no_figures,
+            resume=resume_from_args(args),
         )
     except SweepError as err:
         print(f"infoprobe reproduce: error: {err}", file=sys.stderr)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from infoprobe.commands.argtypes import seed_list
+from infoprobe.commands.argtypes import add_resume_arguments, resume_from_args, seed_list
 from infoprobe.commands.modelargs import (
     add_model_arguments,
     add_train_arguments,
@@ -98,6 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the one with the best validation NMSE (replaces --seed)",
     )
     p.add_argument("--out", required=True, help="run folder")
+    add_resume_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=not args.quiet,
         log=print,
+        resume=resume_from_args(args),
     )
     print("\n".join(summary.lines()))
     return 0

@@ -7,7 +7,7 @@ import sys
 
 from infoprobe.base.atomic import OutputExistsError
 from infoprobe.base.errors import UsageError
-from infoprobe.commands.argtypes import seed_list
+from infoprobe.commands.argtypes import add_resume_arguments, resume_from_args, seed_list
 from infoprobe.commands.modelargs import (
     add_model_arguments,
     add_train_arguments,
@@ -18,7 +18,8 @@ from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
 from infoprobe.train.config import NonFiniteLossError, TrainConfig
-from infoprobe.train.loop import train_and_save
+from infoprobe.train.convergence import describe
+from infoprobe.train.loop import finished_run, train_and_save
 from infoprobe.train.seeds import train_seeds
 
 EXAMPLES = """examples:
@@ -36,6 +37,11 @@ With --seeds the seeds train together as one batched ensemble (each with its own
 optimiser and best model, as if trained alone) and --out becomes a folder with one
 checkpoint per seed (seed-0/, seed-1/, ...) and summary.json (every seed's NMSE and the
 best seed). Rerunning the same command keeps finished seeds and trains the rest.
+
+An unfinished run keeps its state beside --out (OUT.state.safetensors; with --seeds,
+OUT/train.state.safetensors): kill it, or stop it with --budget-minutes, and the same
+command continues where it was. Pass --threads to resume bit for bit: the default follows
+the free cores, whose number can change the float sums.
 
 Without --threads, training uses the cores that other work leaves free (the affinity
 set less the load average), re-checked at every evaluation; --threads N fixes N.
@@ -73,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="checkpoint folder to create")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_resume_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -89,6 +96,7 @@ def run_seeds(
             overwrite=args.overwrite,
             progress=not args.quiet,
             threads=args.threads,
+            resume=resume_from_args(args),
         )
     except OutputExistsError as err:
         raise UsageError(f"{err}") from None
@@ -121,6 +129,13 @@ def run(args: argparse.Namespace) -> int:
     args.threads = args.threads or "auto"
     if args.seeds is not None:
         return run_seeds(args, task, model_cfg, cfg)
+    done = None if args.overwrite else finished_run(args.out, task, model_cfg, cfg)
+    if done is not None:  # the same command after the run finished: nothing left to do
+        print(
+            f"{args.out} is already trained with these settings: validation NMSE "
+            f"{done.get('val_nmse', float('nan')):.4g}, {describe(done.get('convergence'))}"
+        )
+        return 0
     try:
         result = train_and_save(
             task,
@@ -130,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             progress=not args.quiet,
             threads=args.threads,
+            resume=resume_from_args(args),
         )
     except OutputExistsError as err:
         raise UsageError(f"{err}") from None
@@ -142,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"task {task.name} {task.params()}  heads {list(model_cfg.heads)}  E {model_cfg.d_model}")
     print(
         f"validation NMSE {result.val_nmse:.4g} (best at step {result.best_step}), "
-        f"test NMSE {result.test_nmse:.4g}, {result.seconds:.0f} s"
+        f"test NMSE {result.test_nmse:.4g}, {result.seconds:.0f} s; "
+        f"{describe(result.metrics()['convergence'])}"
     )
     print(f"checkpoint: {args.out}")
     return 0

@@ -8,12 +8,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from infoprobe.base.errors import UserError
+from infoprobe.base.header import MODEL_IDENTITY
 from infoprobe.base.jsonable import jsonable
 
 PROVENANCE_REQUIRED = ("task", "data_seed", "n")
 """Provenance fields both inputs of a comparison must carry and agree on."""
 
-PROVENANCE_OPTIONAL = ("T", "n_layers", "cache", "checkpoint_sha256", "inputs_sha256")
+PROVENANCE_OPTIONAL = ("T", "n_layers", "cache", *MODEL_IDENTITY, "inputs_sha256")
 """Provenance fields compared when both inputs carry them."""
 
 
@@ -63,7 +64,8 @@ def check_provenance(
 
     Both dicts must hold :data:`PROVENANCE_REQUIRED` (``task`` dict, ``data_seed``, ``n``
     samples); the fields of :data:`PROVENANCE_OPTIONAL` (``T``, ``n_layers``, ``cache``
-    path, ``checkpoint_sha256``, ``inputs_sha256`` of the input samples) are compared when
+    path, ``checkpoint_sha256`` and ``model_code_sha256`` of the model, ``inputs_sha256`` of
+    the input samples) are compared when
     both have them; ``random_init_seed`` (absent: None, trained weights) is always compared;
     a ``task`` given by name alone is compared with the other's name.
     pred_source / probe_source name the files in the messages.

@@ -23,6 +23,7 @@ import numpy as np
 from infoprobe.attention.program import ObservedProgram, observed_program
 from infoprobe.attention.rollout import Rollout, RolloutConfig, predict_rollout
 from infoprobe.base.errors import UsageError, UserError
+from infoprobe.base.header import MODEL_IDENTITY
 from infoprobe.checkpoint import read_checkpoint_meta
 from infoprobe.compare import instruments
 from infoprobe.compare.core import SetComparison, compare
@@ -32,6 +33,7 @@ from infoprobe.compare.observations import Observations
 from infoprobe.compare.provenance import ProvenanceError, check_provenance, refuse_control
 from infoprobe.compare.verdicts import headline
 from infoprobe.foreign.config import hides_patterns
+from infoprobe.foreign.trust import code_files, model_code_sha256
 from infoprobe.hooks import open_cache
 from infoprobe.influence import flow_threshold, read_influence
 from infoprobe.infoflow import Architecture, SetsFile, predict, read_sets
@@ -58,7 +60,7 @@ def predicted_provenance(sets: SetsFile) -> dict[str, Any]:
             "n": int(sets.x.shape[0]),
             "T": int(sets.x.shape[1]),
             "n_layers": int(sets.sets.shape[0]) - 1,
-            "checkpoint_sha256": prov.get("checkpoint_sha256"),
+            **{key: prov.get(key) for key in MODEL_IDENTITY},
             "random_init_seed": prov.get("random_init_seed"),
             "inputs_sha256": inputs_hash(sets.x),
         }
@@ -79,7 +81,7 @@ def cache_provenance_fields(
             "n": cache_prov.get("n", spec.get("n")),
             "T": T,
             "n_layers": n_layers,
-            "checkpoint_sha256": cache_prov.get("checkpoint_sha256"),
+            **{key: cache_prov.get(key) for key in MODEL_IDENTITY},
             "random_init_seed": cache_prov.get("random_init_seed"),
             "inputs_sha256": None if x is None else inputs_hash(x),
         }
@@ -429,27 +431,34 @@ def compare_sources(
 def checkpoint_history(
     checkpoint_path: str | os.PathLike, sources: Sources | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Training history and provenance of a checkpoint folder.
+    """Training history and provenance of a checkpoint folder, read from its JSON: none
+    of a foreign checkpoint's code runs (its code is located and hashed, not imported).
 
-    With ``sources``, refuses a checkpoint whose weights hash differs from the one the
-    compared files record (the training curve would belong to another model).
-    Returns (history, provenance dict).
+    With ``sources``, refuses a checkpoint whose weights or model code hash differs from
+    the one the compared files record (the training curve would belong to another model).
+    Returns (history, provenance dict); a foreign checkpoint's provenance names its
+    factory, the files of its code and their hash under ``model_code``.
     """
-    meta = read_checkpoint_meta(checkpoint_path)
-    sha = meta.get("weights_sha256")
-    if sources is not None:
-        recorded = next(
-            (
-                p.get("checkpoint_sha256")
-                for p in sources.provenance.values()
-                if p.get("checkpoint_sha256")
-            ),
-            None,
-        )
-        if recorded and sha and recorded != sha:
-            raise ProvenanceError(
-                f"{checkpoint_path}: weights_sha256 {sha} differs from the checkpoint_sha256 "
-                f"{recorded} the compared files were made from"
-            )
+    path = Path(checkpoint_path)
+    meta = read_checkpoint_meta(path)
+    found = {"checkpoint_sha256": meta.get("weights_sha256"), "model_code_sha256": None}
     keep = ("model_config", "task", "train_config", "metrics", "weights_sha256", "versions")
-    return list(meta.get("history", [])), {k: meta[k] for k in keep if k in meta}
+    prov = {k: meta[k] for k in keep if k in meta}
+    factory = meta["model_config"].get("factory")
+    if isinstance(factory, str):
+        found["model_code_sha256"] = model_code_sha256(factory, path)
+        prov["model_code"] = {
+            "factory": factory,
+            "files": [str(p.resolve()) for p in code_files(factory, path)],
+            "model_code_sha256": found["model_code_sha256"],
+            "run": False,
+        }
+    for key in MODEL_IDENTITY if sources is not None else ():
+        recorded = next((p[key] for p in sources.provenance.values() if p.get(key)), None)
+        if recorded and found[key] and recorded != found[key]:
+            own = "weights_sha256" if key == "checkpoint_sha256" else key
+            raise ProvenanceError(
+                f"{checkpoint_path}: {own} {found[key]} differs from the {key} {recorded} "
+                "the compared files were made from"
+            )
+    return list(meta.get("history", [])), prov

@@ -12,7 +12,6 @@ own TransformerLens hook points) gives the instruments their hook points.
 from __future__ import annotations
 
 import importlib
-import inspect
 import numbers
 import sys
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from transformer_lens import HookedRootModule
 from infoprobe.foreign.adapter import HookedAdapter, adapt
 from infoprobe.foreign.errors import ForeignModelError
 from infoprobe.foreign.sites import SiteMap
+from infoprobe.foreign.trust import check_defined_in, locate_module, same_file
 
 FACTORY = "factory"
 """The key that marks a ``model_config`` as a foreign model's."""
@@ -152,7 +152,11 @@ class ForeignConfig:
 
     # ---- building ------------------------------------------------------------------
     def import_factory(self, folder: Path | None = None):
-        """The factory function; ``folder`` (the checkpoint's) is searched after sys.path."""
+        """The factory function; ``folder`` (the checkpoint's) is searched after sys.path.
+
+        Imports and so runs the module: callers decide trust first
+        (:func:`infoprobe.foreign.trust.check_trusted`). A module that raises SystemExit or
+        KeyboardInterrupt while importing is reported as a :class:`ForeignModelError`."""
         module_name, _, function = self.factory.partition(":")
         try:
             module = importlib.import_module(module_name)
@@ -165,31 +169,31 @@ class ForeignConfig:
                     + (f" or beside {folder / 'checkpoint.json'}" if folder else "")
                 ) from None
             module = _import_from(folder, module_name)
-        except Exception as err:  # the user's module failed while importing
+        except (Exception, SystemExit, KeyboardInterrupt) as err:  # the module failed
             raise ForeignModelError(
                 f"foreign model_config field 'factory' {self.factory!r}: importing module "
-                f"{module_name!r} failed: {type(err).__name__}: {err}"
+                f"{module_name!r} failed: {_raised(err)}"
             ) from None
+        expected, loaded = locate_module(module_name, folder), getattr(module, "__file__", None)
+        if expected is not None and loaded and not same_file(Path(loaded), expected):
+            raise ForeignModelError(
+                f"foreign model_config field 'factory' {self.factory!r}: module "
+                f"{module_name!r} is already imported from {loaded}, but this checkpoint's "
+                f"lies at {expected.resolve()}; load it in a new process"
+            )
         fn = getattr(module, function, None)
         if not callable(fn):
             raise ForeignModelError(
                 f"foreign model_config field 'factory' {self.factory!r}: module "
                 f"{module_name!r} has no function {function!r}"
             )
+        check_defined_in(fn, self.factory)
         return fn
 
     def local_file(self, folder: Path) -> Path:
         """Where the factory's (top-level) module would lie beside a checkpoint in
         ``folder``: ``folder / "<module>.py"``."""
         return folder / f"{self.factory.partition(':')[0].split('.')[0]}.py"
-
-    def source_file(self, folder: Path | None = None) -> Path | None:
-        """The file the factory function is defined in (None: no source file)."""
-        try:
-            name = inspect.getsourcefile(self.import_factory(folder))
-        except TypeError:  # a built-in or C extension
-            return None
-        return None if name is None else Path(name)
 
     def build(self, seed: int = 0, folder: Path | None = None) -> HookedRootModule:
         """A freshly initialised model (torch seeded with ``seed``, the caller's RNG state
@@ -199,10 +203,10 @@ class ForeignConfig:
             torch.manual_seed(seed)
             try:
                 model = fn(**self.kwargs)
-            except Exception as err:
+            except (Exception, SystemExit, KeyboardInterrupt) as err:
                 raise ForeignModelError(
                     f"foreign model_config field 'factory' {self.factory!r} with kwargs "
-                    f"{dict(self.kwargs)} failed: {type(err).__name__}: {err}"
+                    f"{dict(self.kwargs)} failed: {_raised(err)}"
                 ) from None
         if not isinstance(model, nn.Module):
             raise ForeignModelError(
@@ -217,12 +221,18 @@ def _import_from(folder: Path, module_name: str):
     sys.path.insert(0, str(folder))
     try:
         return importlib.import_module(module_name)
-    except Exception as err:
+    except (Exception, SystemExit, KeyboardInterrupt) as err:
         raise ForeignModelError(
-            f"importing {module_name!r} from {folder} failed: {type(err).__name__}: {err}"
+            f"importing {module_name!r} from {folder} failed: {_raised(err)}"
         ) from None
     finally:
         sys.path.remove(str(folder))
+
+
+def _raised(err: BaseException) -> str:
+    """What foreign code raised, in one line (SystemExit and KeyboardInterrupt included:
+    the user's code ending the process is reported, not obeyed)."""
+    return f"{type(err).__name__}: {err}" if str(err) else f"{type(err).__name__}"
 
 
 def is_foreign(config: Mapping[str, Any]) -> bool:

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from infoprobe.base.atomic import locked_output
-from infoprobe.checkpoint import Checkpoint, load_checkpoint
+from infoprobe.base.header import MODEL_IDENTITY
+from infoprobe.checkpoint import Checkpoint, as_checkpoint
 from infoprobe.hooks import CacheFile, open_cache
 from infoprobe.influence.errors import InfluenceError
 from infoprobe.influence.file import BlockCallback, InfluenceFile
@@ -45,6 +46,14 @@ def _check_alignment(cache: CacheFile, cache_path: Path, ckpt: Checkpoint) -> No
             f"checkpoint {ckpt.path}); the cache was made from another checkpoint: cache "
             "this checkpoint with `infoprobe cache CHECKPOINT --out FILE`"
         )
+    code, want = cache.provenance.get("model_code_sha256"), ckpt.model_code_sha256
+    if code != want:
+        raise InfluenceError(
+            f"cache {cache_path}: provenance field 'model_code_sha256' is "
+            f"{(code or '(none)')[:12]}…, expected {(want or '(none)')[:12]}… (the model code "
+            f"of checkpoint {ckpt.path}); the cache was made by other model code: cache this "
+            "checkpoint again with `infoprobe cache CHECKPOINT --trust-code --out FILE`"
+        )
     config = ckpt.model_config.to_dict()
     if cache.model_config and cache.model_config != config:
         diff = sorted(k for k in config if cache.model_config.get(k) != config[k])
@@ -69,6 +78,7 @@ def influence_for_cache(
     overwrite: bool = False,
     progress: bool = True,
     on_block: BlockCallback | None = None,
+    trust_code: bool = False,
 ) -> InfluenceFile:
     """Flow scores of a checkpoint on the samples of its activation cache, written to ``out``.
 
@@ -87,6 +97,7 @@ def influence_for_cache(
         overwrite: replace an existing influence file at ``out``.
         progress: tqdm bars (False: quiet).
         on_block: called with ``n_committed`` after each committed block.
+        trust_code: run the code a foreign checkpoint names (:func:`load_checkpoint`).
 
     Returns:
         :class:`InfluenceFile` with scores float32 [L+1, n, T+1, T].
@@ -96,7 +107,7 @@ def influence_for_cache(
             and everything :func:`write_influence` raises. CacheError: unreadable cache.
     """
     out, cache_path = Path(out), Path(cache_path)
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    ckpt = as_checkpoint(checkpoint, trust_code)
     preflight(out, overwrite)  # refuse a foreign or complete --out before any work
     with open_cache(cache_path) as cache:
         _check_alignment(cache, cache_path, ckpt)
@@ -131,9 +142,9 @@ def influence_for_cache(
         "checkpoint_path": str(Path(ckpt.path).resolve()),
         "cache": {
             key: cache_provenance.get(key)
-            for key in ("checkpoint_sha256", "model_config", "data_spec", "random_init_seed")
+            for key in (*MODEL_IDENTITY, "model_config", "data_spec", "random_init_seed")
         },
-        "checkpoint_sha256": ckpt.weights_sha256,
+        **ckpt.model_identity,
         "model_config": ckpt.model_config.to_dict(),
         "model_state_sha256": model_state_sha256(model),
         "random_init_seed": None if random_init_seed is None else int(random_init_seed),

@@ -23,7 +23,7 @@ import torch
 from transformer_lens import HookedRootModule
 
 from infoprobe.base.atomic import remove_stale_temps
-from infoprobe.checkpoint import Checkpoint, load_checkpoint
+from infoprobe.checkpoint import Checkpoint, as_checkpoint
 from infoprobe.foreign.config import ForeignConfig, build_model
 from infoprobe.hooks import CacheError, CachePlan, CacheSummary, plan_cache, write_cache
 from infoprobe.hooks.sites import check_site_spec
@@ -191,6 +191,7 @@ def checkpoint_cache_job(
     data_seed: int | None = None,
     random_init_seed: int | None = None,
     device: str | torch.device = CacheSettings.device,
+    trust_code: bool = False,
 ) -> CacheJob:
     """Plan the cache of a checkpoint on ``n`` fresh samples of its task.
 
@@ -199,11 +200,13 @@ def checkpoint_cache_job(
         n, sites, batch_size, dtype, data_seed, random_init_seed, device: as in
             :class:`CacheSettings` (its defaults; ``data_seed`` None:
             :func:`default_data_seed`).
+        trust_code: run the code a foreign checkpoint names (:func:`load_checkpoint`).
 
-    The provenance records the checkpoint's weights hash, its model config, the data
-    spec and ``random_init_seed`` (None for the trained weights).
+    The provenance records the checkpoint's weights hash, a foreign model's code hash,
+    its model config, the data spec and ``random_init_seed`` (None for the trained
+    weights).
     """
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    ckpt = as_checkpoint(checkpoint, trust_code)
     seed = default_data_seed(ckpt) if data_seed is None else int(data_seed)
     if random_init_seed is None:
         model = ckpt.model
@@ -212,7 +215,7 @@ def checkpoint_cache_job(
     model = model.to(device)
     batch_fn = task_batch_fn(ckpt.task, seed)
     provenance = {
-        "checkpoint_sha256": ckpt.weights_sha256,
+        **ckpt.model_identity,
         "model_config": ckpt.model_config.to_dict(),
         "data_spec": data_spec(ckpt.task, n=n, batch_size=batch_size, data_seed=seed),
         "random_init_seed": random_init_seed,
@@ -233,7 +236,7 @@ def cache_checkpoint(
     """Cache a checkpoint's activations to ``out`` (resuming an interrupted run).
 
     ``options`` are those of :func:`checkpoint_cache_job` (n, sites, batch_size, dtype,
-    data_seed, random_init_seed, device). Returns the :class:`CacheSummary`.
+    data_seed, random_init_seed, device, trust_code). Returns the :class:`CacheSummary`.
     """
     job = checkpoint_cache_job(checkpoint, **options)
     return job.run(Path(out), overwrite=overwrite, progress=progress, durable=durable)

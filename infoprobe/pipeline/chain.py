@@ -1,12 +1,13 @@
 """What a run folder's output was made from: the identity ``run.json`` records per stage.
 
-The identity of an output is a small dict read from the file itself: the model weights
-(``checkpoint_sha256``), whether they were a random-init control (``random_init_seed``),
-the inputs (``inputs_sha256``) and rows (``test_index_sha256``) it was computed on, or the
-bytes of a JSON file or folder. A stage records its output's identity when it is built;
-before any stage is skipped or built the run checks every recorded output against its
-identity, so a file swapped for another run's, a control's, or an edited one is refused
-instead of being read by the stages after it (docs/pipeline.md, "Resuming").
+The identity of an output is a small dict read from the file itself: the model's weights
+and code (``checkpoint_sha256``, ``model_code_sha256``), whether they were a random-init
+control (``random_init_seed``), the inputs (``inputs_sha256``) and rows
+(``test_index_sha256``) it was computed on, or the bytes of a JSON file or folder. A stage
+records its output's identity when it is built; before any stage is skipped or built the
+run checks every recorded output against its identity, so a file swapped for another
+run's, a control's, or an edited one is refused instead of being read by the stages after
+it (docs/pipeline.md, "Resuming").
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from infoprobe.base.header import MODEL_IDENTITY
 from infoprobe.checkpoint import META, WEIGHTS, file_sha256, read_checkpoint_meta
 from infoprobe.hooks import open_cache
 from infoprobe.influence import read_influence
@@ -28,7 +30,7 @@ from infoprobe.probes.results import ProbeResults, rows_sha256
 
 
 def _model_fields(prov: dict[str, Any]) -> dict[str, Any]:
-    return {k: prov.get(k) for k in ("checkpoint_sha256", "random_init_seed")}
+    return {k: prov.get(k) for k in (*MODEL_IDENTITY, "random_init_seed")}
 
 
 def _folder_sha256(path: Path) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from infoprobe.attention.orientation import choose_orientation
+from infoprobe.base.header import MODEL_IDENTITY
 from infoprobe.foreign.config import config_from_dict
 from infoprobe.hooks import open_cache
 from infoprobe.infoflow import as_architecture, predict, write_sets
@@ -45,7 +46,7 @@ def predict_for_cache(
             "data_seed": spec["data_seed"],
             "n": spec["n"],
             "cache": str(cache_path),
-            "checkpoint_sha256": cache.checkpoint_sha256,
+            **{key: cache.provenance.get(key) for key in MODEL_IDENTITY},
             "random_init_seed": cache.provenance.get("random_init_seed"),
             "data_spec": spec,
         }

@@ -20,6 +20,7 @@ from enum import StrEnum
 import einops
 import numpy as np
 
+from infoprobe.base.header import MODEL_IDENTITY
 from infoprobe.hooks import CacheFile, layer_sites, open_cache
 from infoprobe.infoflow.store import inputs_hash
 from infoprobe.pipeline.probe_settings import ProbeSettings
@@ -120,12 +121,13 @@ def _check_control(main: CacheFile, control: CacheFile, x: np.ndarray) -> None:
             "random-init control: `infoprobe cache CHECKPOINT --random-init SEED`), got None: "
             "it caches trained weights, which cannot serve as the untrained control"
         )
-    if main.checkpoint_sha256 and control.checkpoint_sha256 != main.checkpoint_sha256:
-        raise ControlMismatchError(
-            f"{control.path}: provenance field 'checkpoint_sha256' expected "
-            f"{main.checkpoint_sha256} (the checkpoint of {main.path}), got "
-            f"{control.checkpoint_sha256}: the control of another checkpoint"
-        )
+    for key in MODEL_IDENTITY:  # the weights it controls, and the code that ran them
+        want, got = main.provenance.get(key), control.provenance.get(key)
+        if want and got != want:
+            raise ControlMismatchError(
+                f"{control.path}: provenance field {key!r} expected {want} (the model of "
+                f"{main.path}), got {got}: the control of another model"
+            )
     check_control_compatible(
         main.model_config,
         control.model_config,

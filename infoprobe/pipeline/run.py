@@ -39,6 +39,7 @@ from infoprobe.tasks import Task
 from infoprobe.train.config import NonFiniteLossError, TrainConfig
 from infoprobe.train.loop import train_and_save
 from infoprobe.train.seeds import differing_settings, seed_dir, train_seeds
+from infoprobe.train.state import Resume
 
 SEEDS_FOLDER = "seeds"
 """Where ``run_pipeline(..., seeds=...)`` keeps every seed's checkpoint."""
@@ -97,6 +98,7 @@ def run_pipeline(
     overwrite: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    resume: Resume | None = None,
 ) -> RunSummary:
     """Train a model on ``task`` and run every analysis stage into folder ``out``.
 
@@ -104,7 +106,11 @@ def run_pipeline(
     checkpoint per seed and a summary) and analyse the one with the best validation NMSE,
     as the paper reports the best of several seeds; None trains ``train_cfg.seed`` alone.
     ``progress`` shows tqdm bars; ``log`` receives the stage lines and one line per
-    training evaluation (default: print them when ``progress``).
+    training evaluation (default: print them when ``progress``). ``resume``: training
+    keeps its resumable state in the run folder (``checkpoint.state.safetensors``, or
+    ``seeds/train.state.safetensors``) and continues from it; with a budget the run stops
+    at the first state after it (:class:`~infoprobe.train.state.BudgetStop`), and the same
+    call continues it.
     """
     settings = settings or RunSettings()
     task.structure().check_fits(task.T)  # a structure the engine cannot run: before training
@@ -115,12 +121,12 @@ def run_pipeline(
     train_key = {"task": task.to_dict(), "model": model_cfg.to_dict(), "train": train_cfg.to_dict()}
     train_log = None if progress else log
     if seeds is None:
-        build = partial(_train_stage, task, model_cfg, train_cfg, progress=progress, log=train_log)
+        build = partial(_train_stage, task, model_cfg, train_cfg, progress=progress,
+                        log=train_log, resume=resume)  # fmt: skip
     else:
         train_key["seeds"] = list(seeds)
-        build = partial(
-            _train_seeds_stage, task, model_cfg, train_cfg, seeds, progress=progress, log=train_log
-        )
+        build = partial(_train_seeds_stage, task, model_cfg, train_cfg, seeds,
+                        progress=progress, log=train_log, resume=resume)  # fmt: skip
     train_stage = RunStage(
         "train", "checkpoint", train_key, build=build, kinds={"checkpoint": CHECKPOINT_FORMAT}
     )
@@ -143,23 +149,25 @@ def probe_checkpoint(
     overwrite: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    trust_code: bool = False,
 ) -> RunSummary:
     """Run every analysis stage on an existing checkpoint folder.
 
     The checkpoint is used in place; only one without a task spec is copied into
-    ``out/checkpoint`` with ``task`` recorded (``task`` is required then).
+    ``out/checkpoint`` with ``task`` recorded (``task`` is required then). A checkpoint
+    naming its own model code is refused unless ``trust_code`` (:func:`load_checkpoint`).
     """
     settings = settings or RunSettings()
     source = Path(checkpoint).resolve()
-    ck = load_checkpoint(source, task=task)  # validates, verifies the weights hash up front
+    # validates, verifies the weights hash and decides trust before any output exists
+    ck = load_checkpoint(source, task=task, trust_code=trust_code)
     ck.task.structure().check_fits(ck.task.T)
     check_sites(list(ck.model.hook_dict), ck.model_config.n_layers, settings.sites)
     folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
-    code_sha = ck.factory_sha256  # hashes the factory's file: read once
     ckpt_key = {
         "checkpoint": str(source),
         "weights_sha256": ck.weights_sha256,
-        **({"factory_sha256": code_sha} if code_sha else {}),
+        **({"model_code_sha256": ck.model_code_sha256} if ck.model_code_sha256 else {}),
         "task": ck.task.to_dict(),
     }
     stages = []
@@ -171,9 +179,10 @@ def probe_checkpoint(
                 "checkpoint",
                 "checkpoint",
                 ckpt_key,
-                build=lambda dst: with_task(source, dst, ck.task),
+                build=lambda dst: with_task(source, dst, ck.task, trust_code=trust_code),
                 kinds={"checkpoint": CHECKPOINT_FORMAT},
             )
         )
-    folder.run([*stages, *analysis_stages(folder, ckpt_dir, ckpt_key, settings)])
+    analysis = analysis_stages(folder, ckpt_dir, ckpt_key, settings, trust_code=trust_code)
+    folder.run([*stages, *analysis])
     return run_summary(folder, ckpt_dir)

@@ -78,18 +78,27 @@ def _pattern_note(sources) -> dict[str, str]:
 
 def _training_note(ckpt_prov: dict) -> str:
     metrics = ckpt_prov.get("metrics", {})
-    if "val_nmse" not in metrics:
+    shown = [
+        f"{label} {metrics[key]:.3g}"
+        for key, label in (("val_nmse", "validation NMSE"), ("test_nmse", "test NMSE"))
+        if isinstance(metrics.get(key), int | float)
+    ]
+    if not shown:
         return "checkpoint without training metrics"
-    return (
-        f"validation NMSE {metrics['val_nmse']:.3g}, test NMSE {metrics['test_nmse']:.3g} "
-        f"(best at step {metrics.get('best_step')})"
-    )
+    step = f" (best at step {metrics['best_step']})" if "best_step" in metrics else ""
+    return ", ".join(shown) + step + " (as recorded in checkpoint.json)"
 
 
 def analysis_stages(
-    folder: RunFolder, ckpt_dir: Path, ckpt_key: dict, settings: RunSettings
+    folder: RunFolder,
+    ckpt_dir: Path,
+    ckpt_key: dict,
+    settings: RunSettings,
+    *,
+    trust_code: bool = False,
 ) -> list[RunStage]:
-    """The stages after a checkpoint exists: cache, control, probe, predict, compare, report."""
+    """The stages after a checkpoint exists: cache, control, probe, predict, compare, report
+    (``trust_code``: the checkpoint's own code may run, as in :func:`load_checkpoint`)."""
     path = folder.path
     cache_opts = settings.cache_options()
     cache_key = {"checkpoint": ckpt_key, **cache_opts}
@@ -128,6 +137,7 @@ def analysis_stages(
                 rows=probe_settings.test_rows(settings.n_cache),
                 device=settings.device,
                 progress=not quiet,
+                trust_code=trust_code,
             ),
         )
 
@@ -146,7 +156,9 @@ def analysis_stages(
             cache_key,
             resumable=True,
             kinds={"acts.h5": CACHE_FORMAT},
-            build=lambda out: cache_checkpoint(ckpt_dir, out, progress=not quiet, **cache_opts),
+            build=lambda out: cache_checkpoint(
+                ckpt_dir, out, progress=not quiet, trust_code=trust_code, **cache_opts
+            ),
         ),
         RunStage(
             "control",
@@ -155,7 +167,12 @@ def analysis_stages(
             resumable=True,
             kinds={"acts-random-init.h5": CACHE_FORMAT},
             build=lambda out: cache_checkpoint(
-                ckpt_dir, out, progress=not quiet, random_init_seed=CONTROL_SEED, **cache_opts
+                ckpt_dir,
+                out,
+                progress=not quiet,
+                random_init_seed=CONTROL_SEED,
+                trust_code=trust_code,
+                **cache_opts,
             ),
         ),
         RunStage(

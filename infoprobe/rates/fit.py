@@ -30,6 +30,7 @@ import numpy as np
 from scipy import stats
 
 from infoprobe.base.errors import UsageError
+from infoprobe.train.convergence import STILL_FALLING_RATIO
 
 DID_NOT_TRAIN_NMSE = 0.9
 """A run whose best validation NMSE is at least this did not train (a constant predictor
@@ -64,6 +65,9 @@ class RateRecord:
         alpha: InfoFlow's exponent for this architecture at this T and E (None: unknown).
         n_params_total: every parameter of the model (reported, not fitted).
         diverged: the run stopped on a non-finite loss.
+        convergence: the run's best NMSE at half its steps over that at the end
+            (:mod:`infoprobe.train.convergence`; None: not known). Reported, never used
+            to exclude a run.
     """
 
     task: str
@@ -76,6 +80,7 @@ class RateRecord:
     alpha: float | None = None
     n_params_total: int | None = None
     diverged: bool = False
+    convergence: float | None = None
 
     @property
     def group(self) -> tuple[str, int, str]:
@@ -121,6 +126,13 @@ class SlopeFit:
     sxx: float
     resid_scale: float
     draws: np.ndarray = field(repr=False, compare=False)
+    convergence: tuple[float, ...] = ()
+    """The fitted runs' convergence ratios (those known), reported beside the fit."""
+
+    @property
+    def still_falling(self) -> int:
+        """Fitted runs whose convergence ratio says they were still falling."""
+        return sum(r > STILL_FALLING_RATIO for r in self.convergence)
 
     def covers(self, value: float) -> bool:
         return self.low <= value <= self.high
@@ -150,6 +162,12 @@ class SlopeFit:
             "widths": list(self.widths),
             "seeds": list(self.seeds),
             "excluded": dict(self.excluded),
+            "convergence": {
+                "known": len(self.convergence),
+                "still_falling": self.still_falling,
+                "median_ratio": float(np.median(self.convergence)) if self.convergence else None,
+                "rule": f"still falling: half/end ratio > {STILL_FALLING_RATIO:g}",
+            },
         }
 
 
@@ -253,6 +271,7 @@ def fit_slope(
         sxx=sxx,
         resid_scale=scale,
         draws=np.asarray(draws, dtype=float),
+        convergence=tuple(r.convergence for r in kept if r.convergence is not None),
     )
 
 

@@ -7,12 +7,14 @@ trained with another tool comes in; docs/rates.md describes it::
      "records": [{"task": "intrinsic-dim D=2", "T": 32, "arch": "(1,2)", "width": 64,
                   "seed": 0, "n_params": 6369, "nmse": 0.031, "alpha": 3.0}, ...]}
 
-``n_params_total`` and ``diverged`` are optional. From a ``results.json`` every finished
-run becomes a record: ``width`` is the grid point's ``width`` coordinate (else its FFN
-width), ``n_params`` the decoding parameters of its model (:mod:`.params`), ``alpha``
-InfoFlow's exponent at the point's T and E, ``arch`` the grid point's series, ``task``
-its ``rate_group`` coordinate if it has one (the series of one group are compared with
-each other), else the task's name and parameters without T and seed.
+``n_params_total``, ``diverged`` and ``convergence`` (the run's best NMSE at half its
+steps over that at the end, :mod:`infoprobe.train.convergence`) are optional. From a
+``results.json`` every finished run becomes a record: ``width`` is the grid point's
+``width`` coordinate (else its FFN width), ``n_params`` the decoding parameters of its
+model (:mod:`.params`), ``alpha`` InfoFlow's exponent at the point's T and E, ``arch``
+the grid point's series, ``task`` its ``rate_group`` coordinate if it has one (the
+series of one group are compared with each other), else the task's name and parameters
+without T and seed, ``convergence`` the run's recorded ratio.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def record_from_dict(entry: Any, where: str) -> RateRecord:
     diverged = entry.get("diverged", False)
     if not isinstance(diverged, bool):
         raise RateError(f"{where}: field 'diverged': expected true or false, got {diverged!r}")
+    ratio = entry.get("convergence")
+    if ratio is not None and not _number(ratio, f"{where}: field 'convergence'") >= 1:
+        raise RateError(f"{where}: field 'convergence': expected a ratio >= 1, got {ratio}")
     return RateRecord(
         task=entry["task"],
         T=entry["T"],
@@ -87,6 +92,7 @@ def record_from_dict(entry: Any, where: str) -> RateRecord:
         alpha=None if alpha is None else float(alpha),
         n_params_total=total,
         diverged=diverged,
+        convergence=None if ratio is None else float(ratio),
     )
 
 
@@ -118,6 +124,7 @@ def records_from_results(results: Mapping[str, Any], where: str) -> list[RateRec
                         "nmse": run["val_nmse"],
                         "alpha": alpha,
                         "diverged": str(run.get("stopped", "")).startswith("non-finite"),
+                        "convergence": (run.get("convergence") or {}).get("ratio"),
                     },
                     f"{at} seed {run.get('seed')}",
                 )
@@ -167,5 +174,7 @@ def records_file(records: Sequence[RateRecord]) -> dict[str, Any]:
         }
         if r.n_params_total is not None:
             row["n_params_total"] = r.n_params_total
+        if r.convergence is not None:
+            row["convergence"] = r.convergence
         rows.append(row)
     return {**make_header(RECORDS_FORMAT, RECORDS_SCHEMA_VERSION), "records": rows}

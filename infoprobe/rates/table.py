@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from infoprobe.rates.fit import (
     NMSE_POWER,
     RateError,
@@ -14,6 +16,7 @@ from infoprobe.rates.fit import (
     fit_slope,
     slope_ratio,
 )
+from infoprobe.train.convergence import STILL_FALLING_RATIO
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,15 @@ def _excluded(fit: SlopeFit) -> str:
     return ", ".join(f"{n} {why}" for why, n in fit.excluded.items()) or "0"
 
 
+def _falling(fit) -> str:
+    """``"2/6 (median 1.4)"``: fitted runs still falling of those whose convergence is
+    known, and their median half/end ratio; ``-`` when none is known."""
+    if not fit.convergence:
+        return "-"
+    median = float(np.median(fit.convergence))
+    return f"{fit.still_falling}/{len(fit.convergence)} (median {median:.3g})"
+
+
 def format_rates(table: RateTable) -> str:
     """The fits and ratios as two aligned plain-text tables with a legend."""
     from infoprobe.reproduce.results import format_table
@@ -95,13 +107,16 @@ def format_rates(table: RateTable) -> str:
             f"fitted slope [{level}]": f"{f.slope:.3g} [{f.low:.3g}, {f.high:.3g}]",
             "runs": str(f.n_runs),
             "excluded": _excluded(f),
+            "still falling": _falling(f),
             "widths": ",".join(map(str, f.widths)),
         }
         for f in table.fits
     ]
     lines = [
         "slope of log(best validation NMSE) against log(decoding parameters), one point "
-        f"per run; interval: {table.fits[0].method}",
+        f"per run; interval: {table.fits[0].method}; still falling: runs whose best NMSE at "
+        f"half their steps is > {STILL_FALLING_RATIO:g}x that at the end (reported, not "
+        "excluded)",
         format_table(fits),
     ]
     if table.ratios:

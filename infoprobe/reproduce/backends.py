@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from infoprobe.reproduce.grid import ReproduceError, RunSpec, group_runs
-from infoprobe.reproduce.runs import RunOutcome, execute_group
+from infoprobe.reproduce.runs import RunOutcome, budget_spent, execute_group
 
 OnStart = Callable[[RunSpec], None]
 OnDone = Callable[[RunSpec, RunOutcome], None]
@@ -98,6 +98,15 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def report_budget(group: Sequence[RunSpec], started_any: bool, on_error: OnError) -> bool:
+    """Report a group as paused, without starting it, when its sweep's time budget is
+    spent (:func:`~infoprobe.reproduce.runs.budget_spent`); True if it was."""
+    stop = budget_spent(group, started_any)
+    for spec in group if stop is not None else ():
+        on_error(spec, stop)
+    return stop is not None
+
+
 def report_group(
     group: Sequence[RunSpec],
     outcome: list[RunOutcome] | BaseException,
@@ -136,7 +145,9 @@ class LocalBackend:
         )
         groups = group_runs([replace(s, threads=threads) for s in specs], self.ensemble)
         if workers == 1:
-            for group in groups:
+            for i, group in enumerate(groups):
+                if report_budget(group, i > 0, on_error):
+                    continue
                 for spec in group:
                     on_start(spec)
                 try:
@@ -167,9 +178,13 @@ class LocalBackend:
         ) as pool:
             queue = list(reversed(groups))
             running: dict[Future, list[RunSpec]] = {}
+            started = 0
             while queue or running:
                 while queue and len(running) < workers:
                     group = queue.pop()
+                    if report_budget(group, started > 0, on_error):
+                        continue
+                    started += 1
                     for spec in group:
                         on_start(spec)
                     running[pool.submit(execute_group, group)] = group
@@ -229,9 +244,13 @@ class RayBackend:
             runs = [replace(s, threads=self.threads) for s in specs]
             queue = list(reversed(group_runs(runs, self.ensemble)))
             running: dict[Any, list[RunSpec]] = {}
+            started = 0
             while queue or running:
                 while queue and len(running) < window:
                     group = queue.pop()
+                    if report_budget(group, started > 0, on_error):
+                        continue
+                    started += 1
                     for spec in group:
                         on_start(spec)
                     running[task.remote(group)] = group

@@ -21,6 +21,7 @@ from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
 from infoprobe.train.config import TrainConfig
 from infoprobe.train.ensemble import SHARED_FIELDS, shape_of
+from infoprobe.train.state import Resume
 
 
 class ReproduceError(UserError):
@@ -325,7 +326,7 @@ class Claim:
 @dataclass(frozen=True)
 class RunSpec:
     """One run: a grid point trained with one seed (on ``device`` with ``threads``;
-    ``compile``: through ``torch.compile``)."""
+    ``compile``: through ``torch.compile``; its state in ``store`` as ``resume`` says)."""
 
     claim: str
     profile: str
@@ -334,6 +335,10 @@ class RunSpec:
     device: str = "cpu"
     threads: int = 1
     compile: bool = False
+    store: str | None = None
+    """The sweep's output folder, where an unfinished run keeps its state (None: none)."""
+    resume: Resume | None = None
+    """How often a run writes its state and its time budget (None: no state)."""
 
     def train_config(self) -> TrainConfig:
         return self.point.train_config(self.seed, self.device, self.compile)

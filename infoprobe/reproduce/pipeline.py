@@ -46,6 +46,7 @@ from infoprobe.reproduce.results import (
 )
 from infoprobe.reproduce.runs import RunStore, SweepSummary, run_sweep
 from infoprobe.reproduce.timing import SweepEstimate, estimate_sweep
+from infoprobe.train.state import Resume
 
 REPORT = "report.html"
 
@@ -160,6 +161,7 @@ def reproduce(
     compile: bool = False,
     figures: bool = True,
     log: Callable[[str], None] | None = print,
+    resume: Resume | None = None,
 ) -> Reproduction:
     """Run (or resume) a claim's sweep and write results.json, figures and report.html.
 
@@ -179,6 +181,11 @@ def reproduce(
         compile: train through ``torch.compile`` (compiled once per worker and shape).
         figures: write figures and report.html.
         log: receives one line per run skipped, started and finished (None: silent).
+        resume: every unfinished run keeps its resumable state in its run folder
+            (``OUT/runs/<run_id>/state.safetensors``, :mod:`infoprobe.train.state`) and
+            continues from it; with a budget the sweep stops at the runs' first states
+            after it, writes the results of the finished runs and raises
+            :class:`~infoprobe.train.state.BudgetStop`. None: no states.
 
     A finished run (its record exists) is never trained again; failed runs are retried on
     the next call. Results are gathered from every finished run even if some failed.
@@ -202,7 +209,10 @@ def reproduce(
     out_dir = Path(out) if out is not None else default_out(claim_obj.name, prof.name)
     check_outputs(claim_obj, out_dir, figures)
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs: list[RunSpec] = claim_obj.runs(prof, seeds, device, compile)
+    specs: list[RunSpec] = [
+        replace(spec, store=str(out_dir), resume=resume)
+        for spec in claim_obj.runs(prof, seeds, device, compile)
+    ]
     store = RunStore(out_dir)
     say = log or (lambda _line: None)
     if prof.departures:

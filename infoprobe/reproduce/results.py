@@ -19,6 +19,7 @@ from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import check_header, make_header, read_json_object
 from infoprobe.infoflow import predict
 from infoprobe.reproduce.grid import Claim, GridPoint, Profile, ReproduceError, RunSpec
+from infoprobe.train.convergence import convergence
 
 RESULTS = "results.json"
 RESULTS_FORMAT = "infoprobe.reproduce.results"
@@ -45,6 +46,7 @@ def _run_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("run_id", "seed", "best_val_nmse", "test_nmse", "best_step", "seconds", "stopped")
     out = {k: record[k] for k in keys}
     out["val_nmse"] = record["best_val_nmse"]
+    out["convergence"] = record.get("convergence") or convergence(record.get("history", []))
     out["analyses"] = record.get("analyses", {})
     return out
 

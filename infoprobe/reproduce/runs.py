@@ -37,8 +37,10 @@ from infoprobe.checkpoint import save_checkpoint
 from infoprobe.reproduce.analyses import run_analysis
 from infoprobe.reproduce.grid import ReproduceError, RunSpec
 from infoprobe.train.config import NonFiniteLossError, TrainResult
+from infoprobe.train.convergence import convergence
 from infoprobe.train.ensemble import train_ensemble
 from infoprobe.train.loop import train
+from infoprobe.train.state import BudgetStop, StateFile
 
 RECORD = "record.json"
 RECORD_FORMAT = "infoprobe.reproduce.run"
@@ -66,9 +68,44 @@ def torch_threads(n: int):
         torch.set_num_threads(old)
 
 
-def execute_run(spec: RunSpec) -> RunOutcome:
-    """Train ``spec`` (``spec.threads`` torch threads), save its checkpoint in a scratch
-    folder, run its analyses there, and return the record and checkpoint bytes."""
+GROUP_STATE = "state.safetensors"
+"""An unfinished run's (or batched group's) state, in the run folder of its first run."""
+
+
+def group_state(specs: Sequence[RunSpec]) -> StateFile | None:
+    """The resumable state of the runs ``specs`` trained together (None: they keep none):
+    ``OUT/runs/<first run_id>/state.safetensors``, made by exactly these runs."""
+    first = specs[0]
+    if first.resume is None or first.store is None:
+        return None
+    settings = {
+        "runs": [s.run_id for s in specs],
+        "task": first.point.build_task().to_dict(),
+        "model_configs": [s.point.model_config().to_dict() for s in specs],
+        "train_configs": [s.train_config().to_dict() for s in specs],
+    }
+    path = RunStore(first.store).run_dir(first.run_id) / GROUP_STATE
+    return StateFile(path, settings, first.resume)
+
+
+def budget_spent(group: Sequence[RunSpec], started_any: bool) -> BudgetStop | None:
+    """The stop of a group not yet started when its sweep's budget is spent (None: it
+    may start). The first group a call starts always starts, so every piece of a sweep
+    makes progress; the others start only before the deadline."""
+    resume = group[0].resume
+    if not started_any or resume is None or not resume.expired():
+        return None
+    state = group_state(group)
+    saved = None if state is None else state.load()
+    steps = max(s.train_config().steps for s in group)
+    done = 0 if saved is None else int(saved[1]["step"])
+    return BudgetStop(done, steps, resume.minutes or 0.0, None if saved is None else state.path)
+
+
+def execute_run(spec: RunSpec, state: StateFile | None = None) -> RunOutcome:
+    """Train ``spec`` (``spec.threads`` torch threads; ``state``: its resumable state),
+    save its checkpoint in a scratch folder, run its analyses there, and return the
+    record and checkpoint bytes."""
     started = time.time()
     with torch_threads(spec.threads):
         try:
@@ -77,6 +114,7 @@ def execute_run(spec: RunSpec) -> RunOutcome:
                 spec.point.model_config(),
                 spec.train_config(),
                 progress=False,
+                state=state,
             )
         except NonFiniteLossError as err:
             result = err.result
@@ -87,9 +125,13 @@ def execute_group(specs: Sequence[RunSpec]) -> list[RunOutcome]:
     """Train the runs ``specs`` (one :func:`~infoprobe.reproduce.grid.group_key`) as one
     batched ensemble with ``threads`` torch threads; return one outcome per run, in order.
     Each member's record and checkpoint are those :func:`execute_run` would write; its
-    ``train_seconds`` is the group's training time up to that member's end."""
+    ``train_seconds`` is the group's training time up to that member's end.
+
+    With ``resume`` the group keeps its state (:func:`group_state`) and continues from
+    it."""
+    state = group_state(specs)
     if len(specs) == 1:
-        return [execute_run(specs[0])]
+        return [execute_run(specs[0], state)]
     first, started = specs[0], time.time()
     with torch_threads(first.threads):
         results = train_ensemble(
@@ -97,6 +139,7 @@ def execute_group(specs: Sequence[RunSpec]) -> list[RunOutcome]:
             [s.point.model_config() for s in specs],
             [s.train_config() for s in specs],
             progress=False,
+            state=state,
         )
         return [
             run_outcome(spec, result, result.seconds, started)
@@ -146,6 +189,7 @@ def run_outcome(
         "best_step": result.best_step,
         "test_nmse": result.test_nmse,
         "stopped": result.stopped,
+        "convergence": convergence(result.history),
         "train_seconds": round(train_seconds, 2),
         "seconds": round(time.time() - started, 2),
         "analyses": analyses,
@@ -259,6 +303,7 @@ class SweepSummary:
     trained: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    paused: dict[str, BudgetStop] = field(default_factory=dict)
 
 
 Log = Callable[[str], None]
@@ -299,11 +344,23 @@ def run_sweep(
         )
 
     def on_error(spec: RunSpec, err: BaseException) -> None:
+        if isinstance(err, BudgetStop):
+            summary.paused[spec.run_id] = err
+            say(f"[{order[spec.run_id]}/{total}] paused {spec.describe()}: {err}")
+            return
         summary.failed[spec.run_id] = f"{type(err).__name__}: {err}"
         say(f"[{order[spec.run_id]}/{total}] FAILED {spec.describe()}: {err}")
 
     if pending:
         backend.execute(pending, on_start=on_start, on_done=on_done, on_error=on_error)
+    if summary.paused and not summary.failed:
+        stops = list(summary.paused.values())
+        raise BudgetStop(
+            sum(s.step for s in stops),
+            sum(s.steps for s in stops),
+            stops[0].minutes,
+            runs=len(stops),
+        )
     if summary.failed:
         listed = "; ".join(f"{k}: {v}" for k, v in summary.failed.items())
         raise SweepError(f"{len(summary.failed)} run(s) failed (re-run to retry them): {listed}")

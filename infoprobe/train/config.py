@@ -148,12 +148,15 @@ class TrainResult:
     stopped: str = "completed"
 
     def metrics(self) -> dict[str, Any]:
+        from infoprobe.train.convergence import convergence
+
         return {
             "val_nmse": self.val_nmse,
             "test_nmse": self.test_nmse,
             "best_step": self.best_step,
             "seconds": round(self.seconds, 2),
             "stopped": self.stopped,
+            "convergence": convergence(self.history),
         }
 
 

@@ -46,6 +46,7 @@ from infoprobe.train.loop import (
     standardise_targets,
 )
 from infoprobe.train.memory import check_memory_fits
+from infoprobe.train.state import StateFile, prefixed, restore_rngs, rng_document, unprefixed
 from infoprobe.train.threads import TrainingThreads
 
 SHARED_FIELDS = ("batch_size", "n_train", "n_val", "n_test", "eval_every", "device", "dtype")
@@ -154,6 +155,13 @@ class Stack:
         self.exp_avg, self.exp_avg_sq = self.exp_avg[index], self.exp_avg_sq[index]
         self.buffers = {k: v[index] for k, v in self.buffers.items()}
 
+    def restore(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Take back the rows, moments and buffers a state recorded (``flat``,
+        ``exp_avg``, ``exp_avg_sq``, ``buffer.<name>``)."""
+        self.flat = tensors["flat"].clone().requires_grad_()
+        self.exp_avg, self.exp_avg_sq = tensors["exp_avg"].clone(), tensors["exp_avg_sq"].clone()
+        self.buffers = {k: v.clone() for k, v in unprefixed("buffer.", tensors).items()}
+
     def state(self, row: int, model: InfoFlowTransformer) -> dict[str, torch.Tensor]:
         """A copy of row ``row`` as a state dict of ``model`` (persistent buffers only)."""
         params = self.views(self.flat.detach()[row : row + 1])
@@ -230,12 +238,86 @@ class Ensemble:
             standardise_targets(model, data.y_val)
             state = copy.deepcopy(model.state_dict())
             self.active.append(Member(m, cfg, data, EvalTracker(cfg, TrainResult(model), state)))
+        self.members = list(self.active)
         self.stack = Stack(models)
         base = copy.deepcopy(models[0]).to("meta")
         losses = member_losses(base, self.stack)
         self.losses = compiled(losses, group.compile, "ensemble training step")
+        self.cfgs = list(cfgs)
         self.results: list[TrainResult | None] = [None] * len(cfgs)
         self.start = time.perf_counter()
+
+    def state(self, done: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The group's resumable state after ``done`` steps (:mod:`infoprobe.train.state`):
+        the stack and its moments, every active member's bests and data stream, every
+        finished member's result."""
+        stack = self.stack
+        tensors = {
+            "stack.flat": stack.flat.detach(),
+            "stack.exp_avg": stack.exp_avg,
+            "stack.exp_avg_sq": stack.exp_avg_sq,
+            **prefixed("stack.buffer.", stack.buffers),
+            "rng.torch": torch.get_rng_state(),
+        }
+        active = []
+        for row, member in enumerate(self.active):
+            tensors |= prefixed(f"active.{row}.best.", member.tracker.best_state)
+            active.append(
+                {
+                    "index": member.index,
+                    "tracker": member.tracker.to_dict(),
+                    "rngs": rng_document(member.data.train_rng),
+                }
+            )
+        finished = {}
+        for member in self.members:
+            result = self.results[member.index]
+            if result is not None:
+                tensors |= prefixed(f"done.{member.index}.", result.model.state_dict())
+                finished[str(member.index)] = {
+                    **member.tracker.to_dict(),
+                    "test_nmse": result.test_nmse,
+                    "seconds": result.seconds,
+                }
+        document = {
+            "step": done,
+            "seconds": time.perf_counter() - self.start,
+            "seeds": [c.seed for c in self.cfgs],
+            "active": active,
+            "done": finished,
+        }
+        return tensors, document
+
+    def restore(self, saved: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> int:
+        """Put the group back where :meth:`state` left it; return the steps done."""
+        tensors, document = saved
+        seeds = [c.seed for c in self.cfgs]
+        if document["seeds"] != seeds:
+            raise EnsembleError(
+                f"the state holds the seeds {document['seeds']}, this group {seeds}; pass "
+                "--restart to start over"
+            )
+        members = {m.index: m for m in self.members}
+        self.active = []
+        for row, entry in enumerate(document["active"]):
+            member = members[int(entry["index"])]
+            best = unprefixed(f"active.{row}.best.", tensors)
+            member.tracker.restore(entry["tracker"], best)
+            restore_rngs(entry["rngs"], member.data.train_rng)
+            self.active.append(member)
+        for index, entry in document["done"].items():
+            member = members[int(index)]
+            result = member.tracker.result
+            member.tracker.restore(entry, {})
+            result.model.load_state_dict(unprefixed(f"done.{index}.", tensors))
+            result.model.eval()
+            result.test_nmse = math.nan if entry["test_nmse"] is None else entry["test_nmse"]
+            result.seconds = float(entry["seconds"])
+            self.results[int(index)] = result
+        self.stack.restore(unprefixed("stack.", tensors))
+        torch.set_rng_state(tensors["rng.torch"])
+        self.start = time.perf_counter() - float(document["seconds"])
+        return int(document["step"])
 
     def _say(self, member: Member, line: str) -> None:
         if self.log is not None:
@@ -314,6 +396,7 @@ def train_ensemble(
     log: Callable[[str], None] | None = None,
     on_member_done: Callable[[int, TrainResult], None] | None = None,
     threads: int | str | None = None,
+    state: StateFile | None = None,
 ) -> list[TrainResult]:
     """Train one model per entry of ``cfgs`` as one batched group; return their results
     in the order of ``cfgs``.
@@ -326,24 +409,34 @@ def train_ensemble(
     end. ``seconds`` of a result is the group's wall time until that member finished.
     ``log`` receives one line per member evaluation, prefixed with ``[seed S]``.
     ``threads``: torch CPU threads, as for :func:`~infoprobe.train.loop.train` (``"auto"``
-    re-checks the free cores every ``eval_every`` steps).
+    re-checks the free cores every ``eval_every`` steps). ``state``: the group's resumable
+    state, as for :func:`~infoprobe.train.loop.train` (a member that finished before the
+    state was written is not trained again; ``on_member_done`` is not called again for it).
     """
     cfgs = list(cfgs)
     if isinstance(model_cfgs, ModelConfig):
         model_cfgs = [model_cfgs] * len(cfgs)
     group = Ensemble(task, list(model_cfgs), cfgs, on_done=on_member_done, log=log)
+    saved = state.load() if state is not None else None
+    first = 0 if saved is None else group.restore(saved)
     steps = max(c.steps for c in cfgs)
     desc = f"train {task.name} x{len(cfgs)}"
-    bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=1.0)
+    bar = tqdm(range(first, steps), desc=desc, disable=not progress, mininterval=1.0,
+               initial=first, total=steps)  # fmt: skip
     cpu = TrainingThreads(threads)
     try:
-        for step in bar:
+        for step in bar if group.active else ():
             group.step(step)
             if not group.active:
                 break
             bar.set_postfix(active=len(group.active))
             if (step + 1) % cfgs[0].eval_every == 0:
                 cpu.check()
+            if state is not None and state.due(step + 1, steps):
+                state.save(*group.state(step + 1))
+                state.stop(step + 1, steps)
     finally:
         cpu.close()
+    if state is not None:
+        state.remove()
     return group.results

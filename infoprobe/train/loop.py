@@ -10,6 +10,7 @@ initialised from ``seed`` with a local generator, so a run is deterministic on C
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 import warnings
@@ -37,6 +38,17 @@ from infoprobe.train.config import (
     check_task_fits,
 )
 from infoprobe.train.memory import check_memory_fits, eval_batch_size
+from infoprobe.train.state import (
+    Resume,
+    StateFile,
+    optimiser_tensors,
+    prefixed,
+    restore_optimiser,
+    restore_rngs,
+    rng_document,
+    state_path,
+    unprefixed,
+)
 from infoprobe.train.threads import TrainingThreads
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
@@ -214,6 +226,27 @@ class EvalTracker:
         self.cfg, self.result = cfg, result
         self.best_state, self.evals_since_best = state, 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The bookkeeping as JSON (the best state's tensors travel apart)."""
+        result = self.result
+        return {
+            "history": result.history,
+            "val_nmse": result.val_nmse,
+            "best_step": result.best_step,
+            "stopped": result.stopped,
+            "evals_since_best": self.evals_since_best,
+        }
+
+    def restore(self, document: dict[str, Any], best_state: dict[str, torch.Tensor]) -> None:
+        """Take back what :meth:`to_dict` (and the best state) recorded."""
+        result = self.result
+        result.history = [dict(h) for h in document["history"]]
+        val = document["val_nmse"]
+        result.val_nmse = math.inf if val is None else float(val)
+        result.best_step, result.stopped = int(document["best_step"]), document["stopped"]
+        self.evals_since_best = int(document["evals_since_best"])
+        self.best_state = {k: v.clone() for k, v in best_state.items()}
+
     def record(
         self,
         step: int,
@@ -259,6 +292,54 @@ def finish(task: Task, cfg: TrainConfig, tracker: EvalTracker, start: float) -> 
     return result
 
 
+def run_state(
+    model: InfoFlowTransformer,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    tracker: EvalTracker,
+    rng: np.random.Generator,
+    done: int,
+    seconds: float,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """One run's resumable state after ``done`` steps (:mod:`infoprobe.train.state`):
+    its tensors and its JSON document."""
+    opt_tensors, groups = optimiser_tensors(opt)
+    tensors = {
+        **prefixed("model.", model.state_dict()),
+        **prefixed("best.", tracker.best_state),
+        **opt_tensors,
+        "rng.torch": torch.get_rng_state(),
+    }
+    document = {
+        "step": done,
+        "seconds": seconds,
+        "tracker": tracker.to_dict(),
+        "optimiser": groups,
+        "scheduler": sched.state_dict(),
+        "rngs": rng_document(rng),
+    }
+    return tensors, document
+
+
+def restore_run(
+    saved: tuple[dict[str, torch.Tensor], dict[str, Any]],
+    model: InfoFlowTransformer,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    tracker: EvalTracker,
+    rng: np.random.Generator,
+) -> tuple[int, float]:
+    """Put a run back where :func:`run_state` left it; return (steps done, seconds)."""
+    tensors, document = saved
+    model.load_state_dict(unprefixed("model.", tensors))
+    restore_optimiser(opt, tensors, document["optimiser"])
+    sched.load_state_dict(document["scheduler"])
+    tracker.restore(document["tracker"], unprefixed("best.", tensors))
+    restore_rngs(document["rngs"], rng)
+    torch.set_rng_state(tensors["rng.torch"])
+    return int(document["step"]), float(document["seconds"])
+
+
 def train(
     task: Task,
     model_cfg: ModelConfig,
@@ -267,13 +348,18 @@ def train(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     threads: int | str | None = None,
+    state: StateFile | None = None,
 ) -> TrainResult:
     """Train an :class:`InfoFlowTransformer` on ``task``; return the best model.
 
     ``progress`` shows a tqdm bar; ``log`` (if given) also receives one line per
     evaluation, for callers that cannot show a bar (parallel runs). ``threads``: torch
     CPU threads for the run (:class:`TrainingThreads`; ``"auto"`` follows the cores
-    other work leaves free, re-checked at every evaluation).
+    other work leaves free, re-checked at every evaluation). ``state``: where the run
+    keeps its resumable state (:class:`~infoprobe.train.state.StateFile`): it continues
+    from an existing one, writes one every ``state.resume.every`` steps, stops with
+    :class:`~infoprobe.train.state.BudgetStop` at the first state past its budget, and
+    removes it when the run ends.
     Raises :class:`NonFiniteLossError` (with the last good state) if the loss diverges.
     """
     check_arguments(task, model_cfg, cfg)
@@ -283,8 +369,15 @@ def train(
     forward = compiled(model, cfg.compile)
     result = TrainResult(model=model)
     tracker = EvalTracker(cfg, result, copy.deepcopy(model.state_dict()))
-    start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc=f"train {task.name}", disable=not progress, mininterval=1.0)
+    saved = state.load() if state is not None else None
+    first, spent = (
+        (0, 0.0)
+        if saved is None
+        else restore_run(saved, model, opt, sched, tracker, data.train_rng)
+    )
+    start = time.perf_counter() - spent
+    bar = tqdm(range(first, cfg.steps), desc=f"train {task.name}", disable=not progress,
+               mininterval=1.0, initial=first, total=cfg.steps)  # fmt: skip
     cpu = TrainingThreads(threads)
     try:
         for step in bar:
@@ -294,18 +387,54 @@ def train(
                 model.load_state_dict(tracker.best_state)
                 result.stopped = f"non-finite loss at step {step}"
                 result.seconds = time.perf_counter() - start
+                if state is not None:
+                    state.remove()
                 raise NonFiniteLossError(step, result)
             optimiser_step(model, opt, sched, loss, cfg)
             if is_eval_step(step, cfg):
                 val, train_loss = evaluate(model, data.x_val, data.y_val), loss.item()
                 bar.set_postfix(loss=f"{train_loss:.3g}", val_nmse=f"{val:.3g}")
-                state = partial(copy.deepcopy, model.state_dict())
-                if tracker.record(step, train_loss, val, state, log):
+                state_now = partial(copy.deepcopy, model.state_dict())
+                if tracker.record(step, train_loss, val, state_now, log):
                     break
                 cpu.check()
-        return finish(task, cfg, tracker, start)
+            if state is not None and state.due(step + 1, cfg.steps):
+                seconds = time.perf_counter() - start
+                state.save(*run_state(model, opt, sched, tracker, data.train_rng, step + 1,
+                                      seconds))  # fmt: skip
+                state.stop(step + 1, cfg.steps)
+        result = finish(task, cfg, tracker, start)
+        if state is not None:
+            state.remove()
+        return result
     finally:
         cpu.close()
+
+
+def run_settings(task: Task, model_cfg: ModelConfig, cfg: TrainConfig) -> dict[str, Any]:
+    """What a run's state must agree on with the run that continues it: the task, the
+    model and the whole training recipe (seed included)."""
+    return {"task": task.to_dict(), "model_config": model_cfg.to_dict(),
+            "train_config": cfg.to_dict()}  # fmt: skip
+
+
+def finished_run(out: str | Path, task: Task, model_cfg: ModelConfig, cfg: TrainConfig):
+    """The metrics of the checkpoint at ``out`` if it is this run, finished (its task,
+    model and training recipe are these), else None: running the same command again after
+    it finished has nothing left to do."""
+    from infoprobe.checkpoint import CheckpointError, read_checkpoint_meta
+
+    if not (Path(out) / "checkpoint.json").is_file():
+        return None
+    try:
+        meta = read_checkpoint_meta(out)
+    except CheckpointError:
+        return None
+    recorded = {k: meta.get(k) for k in ("task", "model_config", "train_config")}
+    wanted = json.loads(json.dumps(run_settings(task, model_cfg, cfg)))
+    same = recorded == {"task": wanted["task"], "model_config": wanted["model_config"],
+                        "train_config": wanted["train_config"]}  # fmt: skip
+    return meta.get("metrics", {}) if same else None
 
 
 def check_output_folder(path: Path, overwrite: bool = False, what: str = "checkpoint") -> None:
@@ -330,9 +459,12 @@ def train_and_save(
     log: Callable[[str], None] | None = None,
     threads: int | str | None = None,
     keep_diverged: bool = True,
+    resume: Resume | None = None,
 ) -> TrainResult:
     """Train (``threads``: see :func:`train`), then write the checkpoint folder ``out``
     (refused up front if it exists or cannot be written: see :func:`check_output_folder`).
+    ``resume``: keep a resumable state beside it, ``OUT.state.safetensors``
+    (:func:`~infoprobe.train.state.state_path`), and continue from one that is there.
 
     If the loss diverges, :class:`NonFiniteLossError` propagates; with ``keep_diverged``
     the last good model is saved first (its metrics record where training stopped),
@@ -351,8 +483,14 @@ def train_and_save(
         )
 
     check_output_folder(Path(out), overwrite)
+    state = None
+    if resume is not None:
+        settings = run_settings(task, model_cfg, cfg)
+        state = StateFile(state_path(out), settings, resume)
     try:
-        result = train(task, model_cfg, cfg, progress=progress, log=log, threads=threads)
+        result = train(
+            task, model_cfg, cfg, progress=progress, log=log, threads=threads, state=state
+        )
     except NonFiniteLossError as err:
         if keep_diverged:
             save(err.result)

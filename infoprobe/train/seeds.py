@@ -6,6 +6,8 @@
                          and test NMSE, how it stopped, and the best seed; rewritten
                          (atomically) each time a seed finishes
     OUT/seed-<S>/        one checkpoint per seed, written as soon as that seed finishes
+    OUT/train.state.safetensors  the unfinished seeds' resumable state (with ``resume``;
+                         removed when they finish)
 
 A rerun of the same command keeps every seed whose checkpoint exists and trains the rest
 (after a kill, nothing half-written stands under a final name). A folder made with other
@@ -30,11 +32,14 @@ from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
 from infoprobe.train.config import TrainConfig, TrainResult
 from infoprobe.train.ensemble import EnsembleError, train_ensemble
+from infoprobe.train.state import Resume, StateFile
 
 FORMAT = "infoprobe.seeds"
 SCHEMA_VERSION = 2
 """2: the common header; schema 1 summaries carried only ``format`` and are still read."""
 SUMMARY = "summary.json"
+STATE = "train.state.safetensors"
+"""The unfinished ensemble's resumable state, inside the seeds folder."""
 
 
 def seed_dir(out: Path, seed: int) -> Path:
@@ -128,13 +133,16 @@ def train_seeds(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     threads: int | str | None = None,
+    resume: Resume | None = None,
 ) -> dict[str, Any]:
     """Train ``cfg`` with every seed of ``seeds`` as one batched ensemble and write the
     folder ``out`` (module docstring); return the summary (the content of summary.json).
 
     Seeds already finished in ``out`` are kept and not trained again. A seed whose loss
     became non-finite keeps its last good model; its ``stopped`` says so. ``threads``:
-    torch CPU threads, as for :func:`~infoprobe.train.loop.train`.
+    torch CPU threads, as for :func:`~infoprobe.train.loop.train`. ``resume``: the
+    ensemble keeps its resumable state in ``OUT/train.state.safetensors`` and continues
+    from one that is there (:mod:`infoprobe.train.state`).
     """
     out, seeds = Path(out), [int(s) for s in seeds]
     if len(set(seeds)) != len(seeds):
@@ -147,6 +155,10 @@ def train_seeds(
     metrics = {s: _finished(out, s) for s in seeds}
     todo = [s for s in seeds if metrics[s] is None]
     write_summary(out, settings, metrics)
+    state = None if resume is None else StateFile(out / STATE, settings, resume)
+    saved = None if state is None else state.load()
+    if saved is not None:  # the group the state was written by (some may have finished)
+        todo = [int(s) for s in saved[1]["seeds"]]
 
     def save(member: int, result: TrainResult) -> None:
         seed = todo[member]
@@ -164,7 +176,6 @@ def train_seeds(
 
     if todo:
         cfgs = [replace(cfg, seed=s) for s in todo]
-        train_ensemble(
-            task, model_cfg, cfgs, progress=progress, log=log, on_member_done=save, threads=threads
-        )
+        train_ensemble(task, model_cfg, cfgs, progress=progress, log=log, on_member_done=save,
+                       threads=threads, state=state)  # fmt: skip
     return json.loads((out / SUMMARY).read_text())

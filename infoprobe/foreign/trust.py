@@ -1,0 +1,164 @@
+"""Which code a foreign checkpoint would run, found without running any of it.
+
+A checkpoint whose ``model_config`` names a factory (``module:function``) makes infoprobe
+import that module and call the function with the kwargs the JSON gives. That is code
+chosen by whoever wrote the file, so it runs only when the caller says so
+(``trust_code=True``, ``--trust-code``). This module answers the questions asked before
+that: which file the import would execute (:func:`locate_module`, through the import
+system's finders, which read no module), what it hashes to, and what the model's code as
+a whole hashes to (:func:`model_code_sha256`), so every file made from the model records
+the code beside the weights.
+
+Rules (docs/own-model.md, "Trust"):
+- no factory is trusted by default, wherever its module lies (an installed package
+  called with a stranger's kwargs can delete files as well as ``shutil.rmtree``);
+- a factory from the standard library or ``builtins`` is refused even with trust: no
+  model is built by ``os:system``;
+- with trust, the named attribute must be a function or class defined in the named
+  module's own package, not a re-export of another package's callable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import sys
+from pathlib import Path
+
+from infoprobe.foreign.errors import ForeignModelError
+
+
+class UntrustedCodeError(ForeignModelError):
+    """A checkpoint names code to run and the caller has not said it trusts it."""
+
+
+TRUST_HINT = "pass --trust-code (Python: trust_code=True) if you trust it"
+
+
+def _spec_file(spec) -> Path | None:
+    origin = getattr(spec, "origin", None)
+    if not origin or origin in ("built-in", "frozen") or not getattr(spec, "has_location", 0):
+        return None
+    return Path(origin)
+
+
+def _find_spec(name: str, path: list[str] | None):
+    """The spec the import system's finders give ``name`` (not ``sys.modules``' entry:
+    what the files say now); the finders read no module."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, path)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def locate_module(module_name: str, folder: Path | None = None) -> Path | None:
+    """The file ``import module_name`` would execute (``sys.path`` first, then ``folder``,
+    as :meth:`ForeignConfig.import_factory` imports), found by the finders alone: no
+    package ``__init__`` runs. None when it cannot be found or has no file."""
+    parts = module_name.split(".")
+    spec = _find_spec(parts[0], None)
+    if spec is None and folder is not None:
+        spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(folder)])
+    for i in range(1, len(parts)):
+        locations = None if spec is None else spec.submodule_search_locations
+        if not locations:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(locations))
+    return None if spec is None else _spec_file(spec)
+
+
+def is_stdlib(module_name: str) -> bool:
+    """Whether ``module_name`` belongs to Python's standard library (or is ``builtins``)."""
+    top = module_name.split(".")[0]
+    return top in sys.stdlib_module_names or top in sys.builtin_module_names
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths hold the same code (the same file, or equal bytes)."""
+    return a.resolve() == b.resolve() or (a.is_file() and b.is_file() and _sha256(a) == _sha256(b))
+
+
+def code_files(factory: str, folder: Path) -> list[Path]:
+    """The model's code: the factory module's file and every ``.py`` file under the
+    checkpoint's ``folder`` (what the factory may import from beside the weights)."""
+    found = locate_module(factory.partition(":")[0], folder)
+    files = {p for p in folder.rglob("*.py") if p.is_file()}
+    if found is not None and found.is_file():
+        files.add(found)
+    return sorted(files, key=lambda p: str(p))
+
+
+def model_code_sha256(factory: str, folder: Path) -> str:
+    """SHA-256 over :func:`code_files` (each file's name relative to ``folder`` where it
+    lies under it, else its resolved path, and its bytes' SHA-256), computed without
+    importing anything: two checkpoints with the same weights but other model code
+    differ here."""
+    digest = hashlib.sha256()
+    for path in code_files(factory, folder):
+        try:
+            name = str(path.absolute().relative_to(folder.absolute()))
+        except ValueError:
+            name = str(path.resolve())
+        digest.update(name.encode() + b"\0" + _sha256(path).encode() + b"\0")
+    return digest.hexdigest()
+
+
+def check_trusted(factory: str, folder: Path, where: str, *, trust_code: bool) -> None:
+    """Refuse, before anything is imported, a factory that must not run: any factory
+    without ``trust_code``, and one from the standard library even with it.
+
+    Raises :class:`UntrustedCodeError` in one line naming ``where`` (the checkpoint's
+    JSON), the factory, the file its import would execute with its SHA-256, and the fix.
+    """
+    module_name = factory.partition(":")[0]
+    if is_stdlib(module_name):
+        raise UntrustedCodeError(
+            f"{where}: field 'model_config.factory' is {factory!r}, a function of Python's "
+            f"standard library ({module_name!r}), not a model factory; infoprobe never runs "
+            "it, with or without --trust-code"
+        )
+    if trust_code:
+        return
+    path = locate_module(module_name, folder)
+    shown = (
+        f"would import {path.resolve()} (SHA-256 {_sha256(path)[:16]}…)"
+        if path is not None and path.is_file()
+        else f"names module {module_name!r}, not found on sys.path or beside it"
+    )
+    raise UntrustedCodeError(
+        f"{where}: field 'model_config.factory' is {factory!r}: loading this checkpoint runs "
+        f"its code, which {shown}; infoprobe runs a checkpoint's code only when asked: "
+        f"{TRUST_HINT}"
+    )
+
+
+def check_defined_in(fn: object, factory: str) -> None:
+    """Refuse a factory that is not a function or class defined in its module's own
+    package (a re-export of ``os.system`` from a user module is still ``os.system``)."""
+    import inspect
+
+    module_name = factory.partition(":")[0]
+    top = module_name.split(".")[0]
+    defined = getattr(fn, "__module__", None)
+    kind_ok = inspect.isfunction(fn) or inspect.isclass(fn)
+    if not (kind_ok and isinstance(defined, str) and defined.split(".")[0] == top):
+        raise ForeignModelError(
+            f"foreign model_config field 'factory' {factory!r}: expected a function or class "
+            f"defined in package {top!r}, found {type(fn).__name__} from module {defined!r} "
+            "(a re-export is refused before it is called)"
+        )

@@ -1,0 +1,274 @@
+"""A training run's resumable state: one safetensors file beside the run's output.
+
+Every ``Resume.every`` steps a run writes everything it needs to go on exactly where it
+was: the weights, the optimiser's moments, the scheduler, every random generator in play
+(torch's, numpy's data stream, Python's), the step, the history, the early-stopping bests
+and the best weights so far. The file is ``safetensors`` (the tensors) with a JSON
+document in its metadata (the rest), so opening it runs nothing. It is written under a
+temporary name and moved over the previous state in one ``os.replace``, under the
+output's lock: a kill during the write leaves the previous state intact.
+
+The same command, run again, continues from the state; the finished run equals one never
+interrupted, bit for bit, on the same threads and device. A state whose ``settings``
+(task, model, training recipe, seeds, format version) differ from the run's is refused
+in one line naming the first differing field (:class:`StateMismatchError`);
+``restart`` starts over on purpose. With a budget (``deadline``) the run stops at its
+first state after the deadline, raising :class:`BudgetStop` (the CLI's exit status
+:data:`BUDGET_EXIT`). A finished run removes its state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from infoprobe.base.atomic import output_lock, remove_stale_temps, temp_name
+from infoprobe.base.errors import UserError
+from infoprobe.base.jsonable import jsonable
+
+FORMAT = "infoprobe.train-state"
+SCHEMA_VERSION = 1
+MARKER = f"infoprobe-format={FORMAT}"
+STATE_EVERY = 2000
+"""Default steps between states: about two minutes of the paper-size runs here (T = 64,
+about 60 ms a step on one core), seconds for the small ones; a state costs milliseconds."""
+BUDGET_EXIT = 75
+"""Exit status of a command stopped by its time budget with its state written (sysexits'
+EX_TEMPFAIL: run it again to continue)."""
+SUFFIX = ".state.safetensors"
+
+
+class StateMismatchError(UserError):
+    """A state file was written by a run with other settings, or is not a state."""
+
+
+class BudgetStop(Exception):
+    """A run reached its time budget and wrote its state; the same command continues it."""
+
+    def __init__(
+        self,
+        step: int,
+        steps: int,
+        minutes: float,
+        path: Path | None = None,
+        runs: int | None = None,
+    ):
+        self.step, self.steps, self.minutes, self.path, self.runs = step, steps, minutes, path, runs
+        where = "" if runs is None else f" (steps summed over {runs} unfinished run(s))"
+        super().__init__(
+            f"stopped at step {step} of {steps}{where} after {minutes:g} minutes; run the "
+            "same command to continue" + (f" (state: {path})" if path else "")
+        )
+
+    def __reduce__(self):  # rebuilt from its fields when it crosses a process boundary
+        return (type(self), (self.step, self.steps, self.minutes, self.path, self.runs))
+
+
+@dataclass(frozen=True)
+class Resume:
+    """How a run keeps its state (plain data, so it reaches worker processes).
+
+    Args:
+        every: steps between states.
+        deadline: ``time.time()`` after which the run stops at its next state (None: no
+            budget).
+        minutes: the budget in minutes (for the stop message).
+        restart: ignore and replace an existing state (start over on purpose).
+    """
+
+    every: int = STATE_EVERY
+    deadline: float | None = None
+    minutes: float | None = None
+    restart: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
+            raise UserError(f"--state-every: expected an integer >= 1, got {self.every!r}")
+        if self.minutes is not None and not (self.minutes >= 0):
+            raise UserError(f"--budget-minutes: expected a number >= 0, got {self.minutes!r}")
+
+    @classmethod
+    def budget(cls, minutes: float | None, **kwargs: Any) -> Resume:
+        """A Resume whose deadline is ``minutes`` from now (None: no budget)."""
+        deadline = None if minutes is None else time.time() + 60.0 * minutes
+        return cls(deadline=deadline, minutes=minutes, **kwargs)
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
+
+
+def state_path(output: str | os.PathLike) -> Path:
+    """Where the state of a run writing ``output`` lies: ``OUTPUT.state.safetensors``."""
+    output = Path(output)
+    return output.with_name(output.name + SUFFIX)
+
+
+def _first_difference(found: Any, wanted: Any, prefix: str = "") -> str | None:
+    """The dotted name of the first field (in ``wanted``'s order) in which two JSON
+    values differ, or None."""
+    if isinstance(found, dict) and isinstance(wanted, dict):
+        for key in [*wanted, *(k for k in found if k not in wanted)]:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            if key not in found or key not in wanted:
+                return where
+            inner = _first_difference(found[key], wanted[key], where)
+            if inner is not None:
+                return inner
+        return None
+    return None if found == wanted else (prefix or "settings")
+
+
+def _get(document: Any, dotted: str) -> Any:
+    for key in dotted.split("."):
+        document = document.get(key, "(absent)") if isinstance(document, dict) else "(absent)"
+    return document
+
+
+class StateFile:
+    """The state of one run at ``path``, written by a run with ``settings`` (JSON)."""
+
+    def __init__(self, path: str | os.PathLike, settings: Mapping[str, Any], resume: Resume):
+        self.path, self.resume = Path(path), resume
+        self.settings = json.loads(json.dumps(jsonable(dict(settings))))
+        self._loaded: Any = None
+
+    def due(self, done: int, steps: int) -> bool:
+        """Whether a state is written after ``done`` steps of ``steps``."""
+        return done % self.resume.every == 0 and done < steps
+
+    def load(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+        """The tensors and JSON document of the state, or None when there is none (or
+        ``restart``, which removes it). Raises :class:`StateMismatchError` for a file that
+        is not a state, of another schema, or of other settings. Read once: later calls
+        give the first call's answer."""
+        if self._loaded is None:
+            self._loaded = (self._read(),)
+        return self._loaded[0]
+
+    def _read(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+        if self.resume.restart:
+            self.remove()
+            return None
+        if not self.path.is_file():
+            return None
+        try:
+            with safe_open(str(self.path), framework="pt") as f:
+                metadata = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+            document = json.loads(metadata.get("state", "null"))
+        except Exception as err:  # safetensors raises its own error class
+            raise StateMismatchError(
+                f"{self.path}: not a readable training state ({' '.join(str(err).split())}); "
+                "pass --restart to start over"
+            ) from None
+        if metadata.get("format") != FORMAT or not isinstance(document, dict):
+            raise StateMismatchError(
+                f"{self.path}: field 'format' is {metadata.get('format')!r}, expected "
+                f"{FORMAT!r}; pass --restart to start over"
+            )
+        version = metadata.get("schema_version")
+        if version != str(SCHEMA_VERSION):
+            raise StateMismatchError(
+                f"{self.path}: field 'schema_version' is {version!r}, expected "
+                f"'{SCHEMA_VERSION}' (a state of another infoprobe); pass --restart to start "
+                "over"
+            )
+        found = document.get("settings")
+        differ = _first_difference(found, self.settings)
+        if differ is not None:
+            raise StateMismatchError(
+                f"{self.path}: a state of other settings: field {differ!r} is "
+                f"{_get(found, differ)!r} in the state, {_get(self.settings, differ)!r} in "
+                "this run; run the command that made it, or pass --restart to start over"
+            )
+        return tensors, document
+
+    def save(self, tensors: Mapping[str, torch.Tensor], document: Mapping[str, Any]) -> None:
+        """Write the state: under a temporary name, then ``os.replace`` over the last."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"settings": self.settings, **jsonable(dict(document))}
+        metadata = {
+            "format": FORMAT,
+            "marker": MARKER,
+            "schema_version": str(SCHEMA_VERSION),
+            "state": json.dumps(payload, sort_keys=True),
+        }
+        flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+        with output_lock(self.path):
+            remove_stale_temps(self.path)
+            tmp = temp_name(self.path)
+            try:
+                save_file(flat, str(tmp), metadata=metadata)
+                os.replace(tmp, self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def stop(self, done: int, steps: int) -> None:
+        """Raise :class:`BudgetStop` when the budget is spent (after a state was written)."""
+        if self.resume.expired():
+            raise BudgetStop(done, steps, self.resume.minutes or 0.0, self.path)
+
+
+# --- random generators -----------------------------------------------------------------------
+
+
+def rng_document(rng: np.random.Generator) -> dict[str, Any]:
+    """The JSON state of every generator of a run: its numpy data stream, Python's."""
+    return {
+        "numpy": rng.bit_generator.state,
+        "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+    }
+
+
+def restore_rngs(document: Mapping[str, Any], rng: np.random.Generator) -> None:
+    """Set the generators to the state :func:`rng_document` recorded."""
+    rng.bit_generator.state = document["numpy"]
+    version, internal, gauss = document["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def prefixed(prefix: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {f"{prefix}{k}": v for k, v in tensors.items()}
+
+
+def unprefixed(prefix: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def optimiser_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list]:
+    """An optimiser's state as tensors ``opt.<param>.<key>`` and its JSON param groups."""
+    state = opt.state_dict()
+    tensors = {
+        f"opt.{index}.{key}": value if torch.is_tensor(value) else torch.tensor(value)
+        for index, entries in state["state"].items()
+        for key, value in entries.items()
+    }
+    return tensors, state["param_groups"]
+
+
+def restore_optimiser(
+    opt: torch.optim.Optimizer, tensors: Mapping[str, torch.Tensor], groups: list
+) -> None:
+    entries: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in unprefixed("opt.", tensors).items():
+        index, key = name.split(".", 1)
+        entries.setdefault(int(index), {})[key] = value
+    for group in groups:
+        if "betas" in group:
+            group["betas"] = tuple(group["betas"])
+    opt.load_state_dict({"state": entries, "param_groups": groups})
