@@ -71,9 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("claim", choices=list(CLAIMS), metavar="CLAIM", help="which claim to re-run")
     p.add_argument(
         "--profile",
-        choices=("quick", "paper"),
+        choices=sorted({name for claim in CLAIMS.values() for name in claim.profiles}),
         default="quick",
-        help="quick: 2-core CPU sizes; paper: the paper's sizes (default: quick)",
+        help="quick: 2-core CPU sizes; paper: the paper's sizes; headline (intrinsic-dim "
+        "only): the paper profile's D=2 cell at T=64 (default: quick)",
     )
     p.add_argument(
         "--seeds",
