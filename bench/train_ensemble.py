@@ -32,7 +32,10 @@ ratio to the eager default, its model-steps per second and the fraction of the m
 peak they reach. With ``--device cuda`` (when a GPU is present) the same table is
 measured on the GPU with one worker (runs share the device).
 
-    python bench/train_ensemble.py [--steps 30] [--rounds 3] [--device cpu]
+    python bench/train_ensemble.py [--steps 30] [--rounds 3] [--device cpu] [--T 16]
+
+``--T 64`` times the same model and recipe at the paper's headline length (the last line
+then starts with ``T=64``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import torch
 
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.reproduce.claims import CLAIMS
+from infoprobe.reproduce.claims.intrinsic_dim import intrinsic_dim_points
 from infoprobe.reproduce.grid import RunSpec
 from infoprobe.reproduce.runs import torch_threads
 from infoprobe.reproduce.timing import time_ensemble, time_point
@@ -61,9 +65,16 @@ RUNS = 8
 RUN_STEPS = 10_000
 
 
-def point():
+def point(T: int = 16):
+    """The quick profile's (2,2) D=2 grid point, at sequence length ``T`` (16: as it is;
+    else the same model, recipe and task at that T)."""
     points = CLAIMS["intrinsic-dim"].profile("quick").points
-    return next(p for p in points if p.label == "(2,2) D=2")
+    quick = next(p for p in points if p.label == "(2,2) D=2")
+    if T == quick.build_task().T:
+        return quick
+    (row,) = intrinsic_dim_points([(2, quick.model_config().d_model, quick.train)], T=T,
+                                  init_gain={2: quick.model_config().init_gain})[:1]  # fmt: skip
+    return row
 
 
 def step_flops(cfg: ModelConfig, batch: int, trim: bool = True) -> float:
@@ -109,10 +120,10 @@ def cpu_seconds(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def breakdown(members: int, repeats: int) -> dict[str, float]:
+def breakdown(members: int, repeats: int, T: int = 16) -> dict[str, float]:
     """CPU seconds per step of an eager ``members``-member ensemble on one thread, by
     piece, and the matrix products' share of the forward and backward."""
-    p = point()
+    p = point(T)
     task = p.build_task()
     cfgs = [
         dataclasses.replace(p.train_config(s, "cpu", False), steps=10**9, eval_every=10**9)
@@ -196,10 +207,12 @@ def setting(workers: int, threads: int, members: int, compile: bool, trim: bool 
     }
 
 
-def worker(members: int, threads: int, compile: bool, steps: int, device: str, trim: bool) -> dict:
+def worker(
+    members: int, threads: int, compile: bool, steps: int, device: str, trim: bool, T: int = 16
+) -> dict:
     """Time one worker's training steps: {"step": s, "compile": s, "members": M}."""
     InfoFlowTransformer.trim_last_block = trim
-    p = point()
+    p = point(T)
     if members == 1:
         t = time_point(p, threads=threads, device=device, steps=steps, compile=compile)
     else:
@@ -208,13 +221,13 @@ def worker(members: int, threads: int, compile: bool, steps: int, device: str, t
     return {"step": t.step_seconds, "compile": t.compile_seconds, "members": members}
 
 
-def measure(setting: dict, steps: int, device: str) -> dict:
+def measure(setting: dict, steps: int, device: str, T: int = 16) -> dict:
     """Run the setting's workers at the same time; its throughput and compile time."""
     args = [
         sys.executable,
         __file__,
         "--worker",
-        json.dumps({**setting, "steps": steps, "device": device}),
+        json.dumps({**setting, "steps": steps, "device": device, "T": T}),
     ]
     procs = [
         subprocess.Popen(args, stdout=subprocess.PIPE, text=True) for _ in range(setting["workers"])
@@ -238,12 +251,18 @@ def main() -> None:
     parser.add_argument(
         "--no-compile", action="store_true", help="leave out the compiled configurations"
     )
+    parser.add_argument(
+        "--T",
+        type=int,
+        default=16,
+        help="sequence length of the model (default 16; 64: the paper's headline cell)",
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         w = json.loads(args.worker)
         result = worker(
-            w["members"], w["threads"], w["compile"], w["steps"], w["device"], w["trim"]
+            w["members"], w["threads"], w["compile"], w["steps"], w["device"], w["trim"], w["T"]
         )
         print(json.dumps(result))
         return
@@ -254,7 +273,7 @@ def main() -> None:
     peaks = [matmul_peak(args.cores)]
     for r in range(args.rounds):
         for name, setting in settings.items():
-            measured[name].append(measure(setting, args.steps, args.device))
+            measured[name].append(measure(setting, args.steps, args.device, args.T))
             print(
                 f"round {r + 1}: {name}: {measured[name][-1]['rate']:.1f} model-steps/s "
                 f"(load average {load_average()})"
@@ -267,7 +286,10 @@ def main() -> None:
         for name, runs in measured.items()
     }
     base = rows[BASELINE]["rate"]
-    print(f"\n{RUNS} runs of the (2,2) D=2 quick model on {args.device}, {args.cores} cores")
+    print(
+        f"\n{RUNS} runs of the (2,2) D=2 quick model at T={args.T} on {args.device}, "
+        f"{args.cores} cores"
+    )
     print(
         f"{'configuration':24s} {'model-steps/s':>14s} {'x baseline':>10s} {'compile s':>10s}"
         f" {'10k-step runs, compile counted':>31s}"
@@ -277,11 +299,11 @@ def main() -> None:
             f"{name:24s} {row['rate']:14.1f} {row['rate'] / base:10.2f} {row['compile']:10.1f}"
             f" {row['with_compile']:24.1f} ({row['with_compile'] / base:.2f}x)"
         )
-    p = point()
+    p = point(args.T)
     flops = step_flops(p.model_config(), p.train_config(0).batch_size)
     if not args.device.startswith("cuda"):
         members = max(1, RUNS // args.cores)
-        pieces = breakdown(members, repeats=max(5, args.steps // 3))
+        pieces = breakdown(members, repeats=max(5, args.steps // 3), T=args.T)
         share = pieces.pop("matmul share of forward + backward")
         step = sum(pieces.values())
         one = matmul_peak(1, time.process_time)
@@ -300,7 +322,8 @@ def main() -> None:
     flops = step_flops(p.model_config(), p.train_config(0).batch_size, settings[best]["trim"])
     print(f"fastest: {best}; load average {load_average()}")
     print(
-        f"fastest / baseline model-steps per second: {rate / base:.2f} ({rate / eager:.2f}x "
+        f"T={args.T}: fastest / baseline model-steps per second: {rate / base:.2f} "
+        f"({rate / eager:.2f}x "
         f"the eager default; {best}: {rate:.1f} model-steps/s of {flops / 1e9:.2f} GFLOP, "
         f"{rate * flops / peak:.0%} of the {peak / 1e9:.0f} GFLOP/s matmul peak of "
         f"{args.cores} cores)"

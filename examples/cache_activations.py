@@ -13,10 +13,10 @@ from pathlib import Path
 import h5py
 import torch
 
-from infoprobe.caching import cache_checkpoint
 from infoprobe.checkpoint import load_checkpoint
 from infoprobe.hooks import open_cache
 from infoprobe.model import ModelConfig
+from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.tasks import make_task
 from infoprobe.train import TrainConfig, train_and_save
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from infoprobe.rollout import RolloutConfig
-from infoprobe.sources import compare_sources, load_sources
+from infoprobe.attention.rollout import RolloutConfig
+from infoprobe.compare.sources import compare_sources, load_sources
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("run", help="run folder with pred.h5, probes.h5 and acts.h5")

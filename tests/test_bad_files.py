@@ -23,7 +23,7 @@ from infoprobe.checkpoint import (
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import make_task
 from infoprobe.train.config import TrainConfig
-from infoprobe.train.loop import train_and_save
+from infoprobe.train.save import train_and_save
 
 TASK = make_task("intrinsic-dim", T=4, D=2)
 MODEL = ModelConfig(d_in=4, n_ctx=4, d_model=8, heads=(1, 1), d_mlp=8, d_readout=8)

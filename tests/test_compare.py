@@ -14,10 +14,11 @@ from sklearn.metrics import roc_auc_score
 from infoprobe.base.errors import CompareInputError
 from infoprobe.compare.agreement import SetAgreement, tau_sweep
 from infoprobe.compare.auroc import auroc, average_ranks
-from infoprobe.compare.core import CAVEAT, aggregate_membership, compare
+from infoprobe.compare.core import aggregate_membership, compare
 from infoprobe.compare.crosstab import crosstab
 from infoprobe.compare.observations import Observations, scope_masks
 from infoprobe.compare.provenance import ProvenanceError, check_provenance
+from infoprobe.compare.scopes import CAVEAT
 from infoprobe.compare.verdicts import headline
 
 

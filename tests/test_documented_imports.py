@@ -6,8 +6,7 @@ Where statements are found: in a Markdown file, every fenced code block (parsed 
 when it parses, line by line otherwise) and every inline code span that is an import
 statement; in an example, the whole module (imports at any depth). Parenthesised imports
 over several lines are one statement. Each statement is executed alone in a fresh
-namespace, so it must import by itself; old public paths that the docs keep using
-(``infoprobe.heads``, ``infoprobe.sources``, ...) are checked the same way as new ones.
+namespace, so it must import by itself.
 """
 
 from __future__ import annotations

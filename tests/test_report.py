@@ -16,9 +16,10 @@ from PIL import Image
 
 from infoprobe.attention.rollout import predict_rollout
 from infoprobe.base.atomic import OutputExistsError
-from infoprobe.compare.core import CAVEAT, compare
+from infoprobe.compare.core import compare
 from infoprobe.compare.crosstab import crosstab
 from infoprobe.compare.observations import Observations
+from infoprobe.compare.scopes import CAVEAT
 from infoprobe.compare.verdicts import headline
 from infoprobe.report import build as report_build
 from infoprobe.report.browser_check import check_report, find_chromium

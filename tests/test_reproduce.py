@@ -19,7 +19,7 @@ import torch
 
 import infoprobe.reproduce.runs as runs_module
 from infoprobe.cli import main
-from infoprobe.compare.core import CAVEAT
+from infoprobe.compare.scopes import CAVEAT
 from infoprobe.infoflow import predict
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.reproduce import (

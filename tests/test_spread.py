@@ -19,7 +19,8 @@ from quick_reports import blank_figures
 from test_bad_input import assert_refused, run_command
 
 from infoprobe.base.header import make_header
-from infoprobe.compare.spread import METRICS, RULE, SpreadError, seed_spread
+from infoprobe.compare.spread import METRICS, RULE, seed_spread
+from infoprobe.compare.spread_runs import SpreadError
 from infoprobe.model import ModelConfig
 from infoprobe.pipeline.run import probe_checkpoint, run_pipeline
 from infoprobe.pipeline.settings import RunSettings

@@ -12,7 +12,8 @@ from infoprobe.checkpoint import load_checkpoint
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import make_task
 from infoprobe.train.config import NonFiniteLossError, TrainConfig, TrainingError
-from infoprobe.train.loop import lr_factor, nmse, setup_training, train, train_and_save
+from infoprobe.train.loop import lr_factor, nmse, setup_training, train
+from infoprobe.train.save import train_and_save
 
 SMALL = TrainConfig(steps=60, batch_size=64, n_val=256, n_test=256, eval_every=20, lr=2e-3)
 

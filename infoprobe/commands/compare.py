@@ -7,9 +7,9 @@ import argparse
 from infoprobe.attention.rollout import HEAD_FUSIONS, RolloutConfig
 from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import positive_float, unit_float
-from infoprobe.compare.core import CAVEAT
 from infoprobe.compare.files import write_comparisons
 from infoprobe.compare.null import NULL_Q
+from infoprobe.compare.scopes import CAVEAT
 from infoprobe.compare.sources import Compared, Sources, compare_sources, load_sources
 
 DESCRIPTION = """\

@@ -19,7 +19,7 @@ from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
 from infoprobe.train.config import NonFiniteLossError, TrainConfig
 from infoprobe.train.convergence import describe
-from infoprobe.train.loop import finished_run, train_and_save
+from infoprobe.train.save import finished_run, train_and_save
 from infoprobe.train.seeds import train_seeds
 
 EXAMPLES = """examples:

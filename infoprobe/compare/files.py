@@ -14,10 +14,10 @@ from infoprobe.base.atomic import atomic_output
 from infoprobe.base.errors import CompareInputError
 from infoprobe.base.header import check_header, make_header, read_json_object
 from infoprobe.base.jsonable import jsonable
-from infoprobe.compare.core import CAVEAT
+from infoprobe.compare.scopes import CAVEAT
 
 if TYPE_CHECKING:
-    from infoprobe.compare.core import SetComparison
+    from infoprobe.compare.scopes import SetComparison
 
 FORMAT = "infoprobe.comparison"
 SCHEMA_VERSION = 4
@@ -41,7 +41,7 @@ def write_comparisons(
     """Write comparisons as one JSON file (docs/report.md).
 
     comparisons: instrument → predictor →
-    :class:`~infoprobe.compare.core.SetComparison`, stored under
+    :class:`~infoprobe.compare.scopes.SetComparison`, stored under
     ``comparisons/<instrument>/<predictor>``; extra: further top-level entries (headline,
     crosstab, heads). Written to ``path.tmp-<pid>`` and renamed; raises OutputExistsError
     if ``path`` exists and ``overwrite`` is false.

@@ -166,7 +166,7 @@ def sample_scope_intervals(
     counts: np.ndarray,
     level: float,
 ) -> dict[str, np.ndarray | None]:
-    """Intervals of a per-sample scope (:class:`~infoprobe.compare.core.SampleScope`).
+    """Intervals of a per-sample scope (:class:`~infoprobe.compare.scopes.SampleScope`).
 
     pred / signed / valid [L+1, n, T+1, T]: predicted sets, the score signed so that
     higher = more observed (or None), the scope's cells; samples: the per-sample counts

@@ -1,4 +1,5 @@
-"""Refuse to compare files that were not made from the same task, data and model."""
+"""Refuse to compare files that were not made from the same task, data and model; the
+provenance fields each kind of input (predicted sets, caches, probe results) gives."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from infoprobe.base.errors import UserError
 from infoprobe.base.header import MODEL_IDENTITY
 from infoprobe.base.jsonable import jsonable
+from infoprobe.infoflow import SetsFile
+from infoprobe.infoflow.store import inputs_hash
+from infoprobe.probes.results import ProbeResults
 
 PROVENANCE_REQUIRED = ("task", "data_seed", "n")
 """Provenance fields both inputs of a comparison must carry and agree on."""
@@ -99,3 +105,56 @@ def check_provenance(
             + "; ".join(mismatched)
             + ". Recompute the predicted sets on the samples of the probes' cache."
         )
+
+
+def _without_none(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def predicted_provenance(sets: SetsFile) -> dict[str, Any]:
+    """Provenance fields of a predicted-sets file, named as in :func:`check_provenance`."""
+    prov = sets.provenance
+    return _without_none(
+        {
+            "task": sets.task,
+            "data_seed": prov.get("data_seed"),
+            "n": int(sets.x.shape[0]),
+            "T": int(sets.x.shape[1]),
+            "n_layers": int(sets.sets.shape[0]) - 1,
+            **{key: prov.get(key) for key in MODEL_IDENTITY},
+            "random_init_seed": prov.get("random_init_seed"),
+            "inputs_sha256": inputs_hash(sets.x),
+        }
+    )
+
+
+def cache_provenance_fields(
+    cache_prov: Mapping[str, Any], T: int, n_layers: int, x: np.ndarray | None = None
+) -> dict[str, Any]:
+    """Provenance fields of anything computed from an activation cache (its provenance,
+    data spec and, when at hand, its inputs x [N, T, d])."""
+    spec = cache_prov.get("data_spec") or {}
+    seeds = (cache_prov.get("data_seed"), spec.get("data_seed"), spec.get("seed"))
+    return _without_none(
+        {
+            "task": cache_prov.get("task", spec.get("task")),
+            "data_seed": next((s for s in seeds if s is not None), None),
+            "n": cache_prov.get("n", spec.get("n")),
+            "T": T,
+            "n_layers": n_layers,
+            **{key: cache_prov.get(key) for key in MODEL_IDENTITY},
+            "random_init_seed": cache_prov.get("random_init_seed"),
+            "inputs_sha256": None if x is None else inputs_hash(x),
+        }
+    )
+
+
+def probe_provenance(results: ProbeResults, x: np.ndarray | None = None) -> dict[str, Any]:
+    """Provenance fields of probe results (from their cache's provenance and data spec;
+    ``inputs_sha256`` the recorded hash of the cache's inputs unless ``x`` is given)."""
+    fields = cache_provenance_fields(
+        results.provenance or {}, results.T, len(results.layers) - 1, x
+    )
+    if x is None and results.inputs_sha256 is not None:
+        fields["inputs_sha256"] = results.inputs_sha256
+    return fields

@@ -26,11 +26,19 @@ from infoprobe.base.errors import UsageError, UserError
 from infoprobe.base.header import MODEL_IDENTITY
 from infoprobe.checkpoint import read_checkpoint_meta
 from infoprobe.compare import instruments
-from infoprobe.compare.core import SetComparison, compare
+from infoprobe.compare.core import compare
 from infoprobe.compare.crosstab import Crosstab, crosstab
 from infoprobe.compare.null import NULL_Q, null_rule
 from infoprobe.compare.observations import Observations
-from infoprobe.compare.provenance import ProvenanceError, check_provenance, refuse_control
+from infoprobe.compare.provenance import (
+    ProvenanceError,
+    cache_provenance_fields,
+    check_provenance,
+    predicted_provenance,
+    probe_provenance,
+    refuse_control,
+)
+from infoprobe.compare.scopes import SetComparison
 from infoprobe.compare.verdicts import headline
 from infoprobe.foreign.config import hides_patterns
 from infoprobe.foreign.trust import code_files, model_code_sha256
@@ -44,59 +52,6 @@ from infoprobe.tasks import task_from_dict
 
 class SourceError(UserError):
     """A pipeline file lacks what the comparison or report needs."""
-
-
-def _without_none(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None}
-
-
-def predicted_provenance(sets: SetsFile) -> dict[str, Any]:
-    """Provenance fields of a predicted-sets file, named as in :func:`check_provenance`."""
-    prov = sets.provenance
-    return _without_none(
-        {
-            "task": sets.task,
-            "data_seed": prov.get("data_seed"),
-            "n": int(sets.x.shape[0]),
-            "T": int(sets.x.shape[1]),
-            "n_layers": int(sets.sets.shape[0]) - 1,
-            **{key: prov.get(key) for key in MODEL_IDENTITY},
-            "random_init_seed": prov.get("random_init_seed"),
-            "inputs_sha256": inputs_hash(sets.x),
-        }
-    )
-
-
-def cache_provenance_fields(
-    cache_prov: Mapping[str, Any], T: int, n_layers: int, x: np.ndarray | None = None
-) -> dict[str, Any]:
-    """Provenance fields of anything computed from an activation cache (its provenance,
-    data spec and, when at hand, its inputs x [N, T, d])."""
-    spec = cache_prov.get("data_spec") or {}
-    seeds = (cache_prov.get("data_seed"), spec.get("data_seed"), spec.get("seed"))
-    return _without_none(
-        {
-            "task": cache_prov.get("task", spec.get("task")),
-            "data_seed": next((s for s in seeds if s is not None), None),
-            "n": cache_prov.get("n", spec.get("n")),
-            "T": T,
-            "n_layers": n_layers,
-            **{key: cache_prov.get(key) for key in MODEL_IDENTITY},
-            "random_init_seed": cache_prov.get("random_init_seed"),
-            "inputs_sha256": None if x is None else inputs_hash(x),
-        }
-    )
-
-
-def probe_provenance(results: ProbeResults, x: np.ndarray | None = None) -> dict[str, Any]:
-    """Provenance fields of probe results (from their cache's provenance and data spec;
-    ``inputs_sha256`` the recorded hash of the cache's inputs unless ``x`` is given)."""
-    fields = cache_provenance_fields(
-        results.provenance or {}, results.T, len(results.layers) - 1, x
-    )
-    if x is None and results.inputs_sha256 is not None:
-        fields["inputs_sha256"] = results.inputs_sha256
-    return fields
 
 
 def _read_cache(cache_path: Path, rows: np.ndarray, n_blocks: int, want_patterns: bool):

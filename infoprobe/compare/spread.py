@@ -15,22 +15,31 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from infoprobe.base.atomic import atomic_output
-from infoprobe.base.errors import UserError
 from infoprobe.base.header import make_header
-from infoprobe.compare.files import SCHEMA_VERSION as COMPARISON_SCHEMA
-from infoprobe.compare.files import read_comparisons
+from infoprobe.compare.spread_runs import (
+    GROUP,
+    PREDICTOR,
+    Interval,
+    Metric,
+    SpreadError,
+    Value,
+    check_same,
+    compared_instruments,
+    comparison_file,
+    read_metric,
+    read_run,
+    refuse_same_model,
+    run_identity,
+)
 
 FORMAT = "infoprobe.spread"
 SCHEMA_VERSION = 1
-COMPARISON_FILE = "comparison.json"
-PREDICTOR = "infoflow"
-GROUP = "others"
 
 RULE = (
     "A claim about one trained model rests on its within-model interval (in brackets: a "
@@ -38,26 +47,6 @@ RULE = (
     "on the spread over seeds (mean, sd, min and max over the runs), which the "
     "within-model intervals do not include."
 )
-
-Value = float | None
-Interval = tuple[float, float] | None
-
-
-class SpreadError(UserError):
-    """Runs that cannot be set side by side (the message names the file, the field, the
-    expected and the found value)."""
-
-
-@dataclass(frozen=True)
-class Metric:
-    """Where a per-layer number lives in a comparison: ``comparisons/<instrument>/infoflow/
-    <scope>/others/<value...>``, its interval at ``<interval>`` beside it."""
-
-    label: str
-    scope: str
-    value: tuple[str, ...]
-    interval: str
-
 
 METRICS = {
     "auroc": Metric(
@@ -239,22 +228,6 @@ def _min_max(spread: MetricSpread, layer: int) -> str:
     return f"{_number(spread.min[layer])} .. {_number(spread.max[layer])}"
 
 
-def comparison_file(run: str | os.PathLike) -> Path:
-    """A run folder's comparison.json (or ``run`` itself, a comparison file)."""
-    path = Path(run)
-    if path.is_file():
-        return path
-    if not path.exists():
-        raise SpreadError(f"{run}: no such run folder")
-    found = path / COMPARISON_FILE
-    if not found.is_file():
-        raise SpreadError(
-            f"{run}: no {COMPARISON_FILE}, expected {found} (written by `infoprobe run`, "
-            "`infoprobe probe-checkpoint` or `infoprobe compare --out`)"
-        )
-    return found
-
-
 def seed_spread(runs: Sequence[str | os.PathLike]) -> SeedSpread:
     """The spread over ``runs`` (run folders, or comparison files) of one task, one
     architecture and one layer count, analysing different trained models.
@@ -270,18 +243,18 @@ def seed_spread(runs: Sequence[str | os.PathLike]) -> SeedSpread:
             + (f" ({runs[0]})" if runs else "")
         )
     paths = [comparison_file(run) for run in runs]
-    documents = [_read(path) for path in paths]
-    identities = [_identity(doc, path) for doc, path in zip(documents, paths, strict=True)]
+    documents = [read_run(path) for path in paths]
+    identities = [run_identity(doc, path) for doc, path in zip(documents, paths, strict=True)]
     for path, identity in zip(paths[1:], identities[1:], strict=True):
-        _check_same(identities[0], identity, paths[0], path)
-    _refuse_same_model(identities, paths)
+        check_same(identities[0], identity, paths[0], path)
+    refuse_same_model(identities, paths)
     first = identities[0]
     n_axis = first["n_layers"] + 1
-    instruments = _instruments(documents, paths)
+    instruments = compared_instruments(documents, paths)
     spreads = {
         inst: {
             name: MetricSpread.of(name, *zip(*(
-                _read_metric(doc, path, inst, metric, n_axis)
+                read_metric(doc, path, inst, metric, n_axis)
                 for doc, path in zip(documents, paths, strict=True)
             ), strict=True))
             for name, metric in METRICS.items()
@@ -307,160 +280,3 @@ def write_spread(path: str | os.PathLike, spread: SeedSpread, *, overwrite: bool
     with atomic_output(path, overwrite=overwrite, what="--out", kind=FORMAT) as tmp:
         tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return Path(path)
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """A comparison file of the current schema (older ones have no intervals)."""
-    document = read_comparisons(path)
-    version = document.get("schema_version", document.get("format_version"))
-    if version != COMPARISON_SCHEMA:
-        raise SpreadError(
-            f"{path}: field 'schema_version' is {version!r}, expected {COMPARISON_SCHEMA} "
-            "(older comparison files have no within-model intervals); re-run `infoprobe "
-            "probe-checkpoint` or `infoprobe run --overwrite` for that run"
-        )
-    return document
-
-
-def _entry(provenance: Mapping[str, Any], prefix: str) -> dict[str, Any] | None:
-    """The provenance entry whose label starts with ``prefix`` ("predicted sets (...)")."""
-    found = [v for k, v in provenance.items() if k.startswith(prefix) and isinstance(v, dict)]
-    return found[0] if found else None
-
-
-def _identity(document: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    """What must agree between runs (task, n_layers, arch, model_config) and what names a
-    run (seed, checkpoint_sha256, interval), from the comparison's provenance."""
-    predicted = _entry(document["provenance"], "predicted sets (")
-    if predicted is None:
-        raise SpreadError(
-            f"{path}: field 'provenance' has no 'predicted sets (...)' entry, expected the "
-            "provenance `infoprobe compare` records"
-        )
-    for name, kind in (("task", dict), ("n_layers", int), ("arch", dict)):
-        if not isinstance(predicted.get(name), kind) or isinstance(predicted.get(name), bool):
-            raise SpreadError(
-                f"{path}: provenance field {name!r} of the predicted sets is "
-                f"{predicted.get(name)!r}, expected {'an integer' if kind is int else 'an object'}"
-            )
-    checkpoint = _entry(document["provenance"], "checkpoint (") or {}
-    intervals = [
-        by_pred[PREDICTOR].get("interval")
-        for by_pred in document["comparisons"].values()
-        if isinstance(by_pred, dict) and isinstance(by_pred.get(PREDICTOR), dict)
-    ]
-    seed = (checkpoint.get("train_config") or {}).get("seed")
-    return {
-        "task": predicted["task"],
-        "n_layers": predicted["n_layers"],
-        "arch": predicted["arch"],
-        "model_config": checkpoint.get("model_config"),
-        "seed": seed if isinstance(seed, int) else None,
-        "checkpoint_sha256": predicted.get("checkpoint_sha256"),
-        "interval": next((i for i in intervals if isinstance(i, dict)), None),
-    }
-
-
-def _difference(expected: Any, found: Any, field: str) -> tuple[str, Any, Any] | None:
-    """The first (field, expected, found) where two JSON values differ, None if equal."""
-    if isinstance(expected, dict) and isinstance(found, dict):
-        for key in sorted(set(expected) | set(found)):
-            inner = _difference(expected.get(key), found.get(key), f"{field}.{key}")
-            if inner is not None:
-                return inner
-        return None
-    return None if expected == found else (field, expected, found)
-
-
-def _check_same(first: dict[str, Any], other: dict[str, Any], first_path: Path, path: Path) -> None:
-    """Refuse ``other`` unless its task, layer count and architecture equal ``first``'s
-    (``model_config`` compared where both record one)."""
-    fields = ["task", "n_layers", "arch"]
-    if first["model_config"] is not None and other["model_config"] is not None:
-        fields.append("model_config")
-    for name in fields:
-        found = _difference(first[name], other[name], name)
-        if found is not None:
-            field, expected, actual = found
-            raise SpreadError(
-                f"{path}: provenance field {field!r} is {json.dumps(actual)}, expected "
-                f"{json.dumps(expected)} (as in {first_path}): a spread over seeds compares "
-                "runs of one task and one architecture"
-            )
-
-
-def _refuse_same_model(identities: Sequence[dict[str, Any]], paths: Sequence[Path]) -> None:
-    """Refuse two runs of the same trained model (equal ``checkpoint_sha256``)."""
-    seen: dict[str, Path] = {}
-    for identity, path in zip(identities, paths, strict=True):
-        sha = identity["checkpoint_sha256"]
-        if sha is None:
-            continue
-        if sha in seen:
-            raise SpreadError(
-                f"{path}: provenance field 'checkpoint_sha256' is {sha[:12]}..., the same "
-                f"trained model as {seen[sha]}; expected runs of different seeds (`infoprobe "
-                "run --seeds` analyses its best seed: probe the others)"
-            )
-        seen[sha] = path
-
-
-def _instruments(documents: Sequence[Mapping[str, Any]], paths: Sequence[Path]) -> list[str]:
-    """The instruments compared with InfoFlow's sets, the same in every run."""
-    found = [
-        [k for k, v in doc["comparisons"].items() if isinstance(v, dict) and PREDICTOR in v]
-        for doc in documents
-    ]
-    if not found[0]:
-        raise SpreadError(f"{paths[0]}: field 'comparisons' has no comparison with InfoFlow")
-    for names, path in zip(found[1:], paths[1:], strict=True):
-        if set(names) != set(found[0]):
-            raise SpreadError(
-                f"{path}: field 'comparisons' holds instruments {names}, expected "
-                f"{found[0]} (as in {paths[0]})"
-            )
-    return found[0]
-
-
-def _read_metric(
-    document: Mapping[str, Any], path: Path, instrument: str, metric: Metric, n_axis: int
-) -> tuple[list[Value], list[Interval]]:
-    """One run's values [L+1] and intervals [L+1] of ``metric``; all None where the
-    instrument has no such scope (an aggregate-only probe has no per-sample scores)."""
-    scope = document["comparisons"][instrument][PREDICTOR].get(metric.scope)
-    if scope is None:
-        return [None] * n_axis, [None] * n_axis
-    where = f"comparisons/{instrument}/{PREDICTOR}/{metric.scope}/{GROUP}"
-    group = scope.get(GROUP) if isinstance(scope, dict) else None
-    values: Any = group
-    for key in metric.value:
-        values = values.get(key) if isinstance(values, dict) else None
-    field = "/".join((where, *metric.value))
-    if not _layer_list(values, n_axis, _is_value):
-        raise SpreadError(
-            f"{path}: field {field!r} is {str(values)[:60]!r}, expected a list of {n_axis} "
-            f"numbers or nulls (layers 0..{n_axis - 1})"
-        )
-    values = [None if v is None else float(v) for v in values]
-    intervals = group.get(metric.interval)
-    if intervals is None:  # not available for this instrument
-        return values, [None] * n_axis
-    if not _layer_list(intervals, n_axis, _is_interval):
-        raise SpreadError(
-            f"{path}: field '{where}/{metric.interval}' is {str(intervals)[:60]!r}, expected "
-            f"a list of {n_axis} [lo, hi] pairs (or nulls)"
-        )
-    pairs = [None if i is None or None in i else (float(i[0]), float(i[1])) for i in intervals]
-    return values, pairs
-
-
-def _is_value(v: Any) -> bool:
-    return v is None or (isinstance(v, int | float) and not isinstance(v, bool))
-
-
-def _is_interval(v: Any) -> bool:
-    return v is None or (isinstance(v, list) and len(v) == 2 and all(map(_is_value, v)))
-
-
-def _layer_list(value: Any, n_axis: int, ok: Any) -> bool:
-    return isinstance(value, list) and len(value) == n_axis and all(map(ok, value))

@@ -12,7 +12,7 @@ import numpy as np
 from infoprobe.compare.agreement import SetAgreement
 
 if TYPE_CHECKING:
-    from infoprobe.compare.core import AggregateScope, SampleScope, SetComparison
+    from infoprobe.compare.scopes import AggregateScope, SampleScope, SetComparison
 
 
 def percent(num: Any, den: Any, digits: int = 1) -> str:
@@ -101,7 +101,7 @@ def headline(
     [0.96, 0.98] (random-init 0.38 [0.33, 0.43]); decodability AUROC 0.61 [0.58, 0.64];
     61% of predicted positions carried, 3% of the rest``.
 
-    comparisons: instrument → predictor → :class:`~infoprobe.compare.core.SetComparison`;
+    comparisons: instrument → predictor → :class:`~infoprobe.compare.scopes.SetComparison`;
     the first instrument that is not a control is the primary one.
     """
     ours = {k: v[predictor] for k, v in comparisons.items() if predictor in v}

@@ -37,7 +37,7 @@ from infoprobe.pipeline.stages import analysis_stages
 from infoprobe.pipeline.summary import RunSummary, run_summary
 from infoprobe.tasks import Task
 from infoprobe.train.config import NonFiniteLossError, TrainConfig
-from infoprobe.train.loop import train_and_save
+from infoprobe.train.save import train_and_save
 from infoprobe.train.seeds import differing_settings, seed_dir, train_seeds
 from infoprobe.train.state import Resume
 

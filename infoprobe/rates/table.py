@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infoprobe.base.texttable import format_table
 from infoprobe.rates.fit import (
     NMSE_POWER,
     RateError,
@@ -94,8 +95,6 @@ def _falling(fit) -> str:
 
 def format_rates(table: RateTable) -> str:
     """The fits and ratios as two aligned plain-text tables with a legend."""
-    from infoprobe.reproduce.results import format_table
-
     level = f"{round(100 * table.fits[0].level)}%"
     fits = [
         {

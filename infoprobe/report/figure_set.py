@@ -11,8 +11,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from infoprobe.compare.agreement import TauSweep
-from infoprobe.compare.core import SetComparison
 from infoprobe.compare.observations import Observations, scope_masks
+from infoprobe.compare.scopes import SetComparison
 from infoprobe.report import answer, figures
 from infoprobe.report.curves import answer_figure, tau_sweep_figure, training_curve
 from infoprobe.report.inputs import (

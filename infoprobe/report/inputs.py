@@ -14,9 +14,9 @@ import numpy as np
 
 from infoprobe.attention.orientation import recorded_orientation
 from infoprobe.base.errors import UserError
-from infoprobe.compare.core import SetComparison
 from infoprobe.compare.crosstab import Crosstab
 from infoprobe.compare.observations import Observations, scope_masks
+from infoprobe.compare.scopes import SetComparison
 from infoprobe.compare.sources import Compared, Sources
 from infoprobe.infoflow import Architecture, predict
 from infoprobe.report import answer
@@ -32,7 +32,7 @@ class ReportInputError(UserError):
 class ReportInputs:
     """Everything a report shows.
 
-    comparisons: instrument → predictor → :class:`~infoprobe.compare.core.SetComparison` (each
+    comparisons: instrument → predictor → :class:`~infoprobe.compare.scopes.SetComparison` (each
     holds its instrument's :class:`~infoprobe.compare.observations.Observations`, for figures);
     InfoFlow is predictor "infoflow", the first instrument is the primary one.
     predicted: bool [L+1, n, T+1, T+1] InfoFlow sets, samples aligned with observations.

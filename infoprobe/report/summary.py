@@ -13,7 +13,7 @@ import numpy as np
 from infoprobe import __version__
 from infoprobe.base.header import make_header
 from infoprobe.base.jsonable import jsonable
-from infoprobe.compare.core import CAVEAT, SetComparison
+from infoprobe.compare.scopes import CAVEAT, SetComparison
 from infoprobe.compare.verdicts import interval_text
 from infoprobe.report import answer
 from infoprobe.report.figures import instrument_label

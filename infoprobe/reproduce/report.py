@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from infoprobe.base.markers import mark_html
-from infoprobe.compare.core import CAVEAT
+from infoprobe.compare.scopes import CAVEAT
 from infoprobe.report.html import RENDER_CHECK, STYLE, figure_html
 from infoprobe.reproduce.results import rate_notes, rates_text, table_rows
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import check_header, make_header, read_json_object
+from infoprobe.base.texttable import format_table
 from infoprobe.infoflow import predict
 from infoprobe.reproduce.grid import Claim, GridPoint, Profile, ReproduceError, RunSpec
 from infoprobe.train.convergence import convergence
@@ -186,18 +187,6 @@ def table_rows(results: Mapping[str, Any]) -> list[dict[str, str]]:
             }
         )
     return rows
-
-
-def format_table(rows: Sequence[Mapping[str, str]]) -> str:
-    """Plain-text table with aligned columns; empty columns are dropped."""
-    if not rows:
-        return "(no grid points)"
-    columns = [c for c in rows[0] if any(r[c] for r in rows)]
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
-    line = "  ".join(c.ljust(widths[c]) for c in columns)
-    rule = "  ".join("-" * widths[c] for c in columns)
-    body = ["  ".join(r[c].ljust(widths[c]) for c in columns) for r in rows]
-    return "\n".join([line, rule, *body])
 
 
 def rate_notes(results: Mapping[str, Any]) -> list[str]:

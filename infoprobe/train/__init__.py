@@ -14,7 +14,7 @@ _EXPORTS = {
     "NonFiniteLossError": "infoprobe.train.config",
     "nmse": "infoprobe.train.loop",
     "train": "infoprobe.train.loop",
-    "train_and_save": "infoprobe.train.loop",
+    "train_and_save": "infoprobe.train.save",
     "train_ensemble": "infoprobe.train.ensemble",
     "train_seeds": "infoprobe.train.seeds",
 }
