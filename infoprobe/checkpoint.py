@@ -55,7 +55,8 @@ weights of order 1; one of 1e6 already pushes a few layers' activations past flo
 range (~3e38 after six products), so a larger value is a damaged or foreign file."""
 NO_TASK_HINT = (
     "this checkpoint does not say which task it was trained on; pass --task NAME and its "
-    "parameters (Python: task=make_task(...))"
+    "parameters (Python: task=make_task(...)), or cache inputs from a file with "
+    "`infoprobe cache CKPT --inputs X.npy` (Python: inputs=...)"
 )
 
 
@@ -90,7 +91,8 @@ class Checkpoint:
 
     path: Path
     model: InfoFlowTransformer | HookedRootModule
-    task: Task
+    task: Task | None
+    """None for a checkpoint saved without one (its inputs come from a file)."""
     model_config: ModelConfig | ForeignConfig
     meta: dict = field(repr=False)
     model_code_sha256: str | None = None
@@ -118,7 +120,7 @@ class Checkpoint:
 def save_checkpoint(
     path: str | Path,
     model: torch.nn.Module,
-    task: Task,
+    task: Task | None,
     *,
     config: ForeignConfig | None = None,
     train_config: dict | None = None,
@@ -130,9 +132,12 @@ def save_checkpoint(
 
     ``model`` is an :class:`InfoFlowTransformer`, or a model built by the user's code with
     its ``config`` (:class:`ForeignConfig`: the factory that builds it, its sites and
-    architecture; the model is checked against it on two samples of ``task``). The folder
-    is assembled under a temporary name and renamed into place, so a crash never leaves a
-    half checkpoint. Refuses an existing ``path`` unless ``overwrite``.
+    architecture; the model is checked against it on two samples of ``task``). ``task``
+    None saves a checkpoint of no task: T, d and d_out are the config's, the model is
+    checked on standard normal inputs, and its data come from a file (``infoprobe cache
+    --inputs``). The folder is assembled under a temporary name and renamed into place, so
+    a crash never leaves a half checkpoint. Refuses an existing ``path`` unless
+    ``overwrite``.
     """
     path = Path(path)
     if config is None and not isinstance(model, InfoFlowTransformer):
@@ -141,7 +146,8 @@ def save_checkpoint(
             "config=ForeignConfig(factory=..., sites=..., heads=..., ...) (docs/own-model.md)"
         )
     cfg = model.cfg if config is None else config
-    check_task_fits(task, cfg, path)
+    if task is not None:
+        check_task_fits(task, cfg, path)
     module = weights_module(model)
     state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
     with torch.random.fork_rng(devices=[]):  # a fresh model's tensors, the RNG untouched
@@ -171,7 +177,7 @@ def save_checkpoint(
         meta = {
             **make_header(FORMAT, SCHEMA_VERSION),
             "model_config": cfg.to_dict(),
-            "task": task.to_dict(),
+            **({} if task is None else {"task": task.to_dict()}),
             "train_config": train_config or {},
             "history": history or [],
             "metrics": metrics or {},
@@ -261,12 +267,15 @@ def load_checkpoint(
     *,
     task: Task | None = None,
     trust_code: bool = False,
+    allow_no_task: bool = False,
 ) -> Checkpoint:
     """Load a checkpoint folder: model (eval mode, on ``device``), task spec and metadata.
 
     Verifies the weights file against the recorded SHA-256, so a truncated or swapped
     weights file is reported instead of loaded. ``task`` supplies the task of a checkpoint
-    whose ``checkpoint.json`` has none (it must agree with a recorded one).
+    whose ``checkpoint.json`` has none (it must agree with a recorded one);
+    ``allow_no_task`` loads such a checkpoint without one (``Checkpoint.task`` None, for
+    callers whose inputs come from a file), where it is refused otherwise.
 
     A checkpoint whose ``model_config`` names a factory (a model built by someone's code)
     is refused with :class:`~infoprobe.foreign.trust.UntrustedCodeError` before anything is
@@ -283,7 +292,7 @@ def load_checkpoint(
             f"'cuda:0', got {device!r}"
         ) from None
     path = Path(path)
-    meta = read_checkpoint_meta(path, require_task=task is None)
+    meta = read_checkpoint_meta(path, require_task=task is None and not allow_no_task)
     if task is not None and "task" in meta and meta["task"] != task.to_dict():
         raise CheckpointError(
             f"{path / META}: field 'task' is {meta['task']}, but the task given is "
@@ -310,27 +319,31 @@ def load_checkpoint(
     module = weights_module(model)
     module.load_state_dict(_read_weights(weights, module, path / META))
     model.to(device).eval()
-    if task is None:
+    if task is None and "task" in meta:
         try:
             task = task_from_dict(meta["task"])
         except (ValueError, TypeError, KeyError) as err:
             raise CheckpointError(
                 f"{path / META}: field 'task' is not a valid task: {err}"
             ) from None
-    check_task_fits(task, cfg, path / META)
+    if task is not None:
+        check_task_fits(task, cfg, path / META)
     if isinstance(cfg, ForeignConfig):
         try:
             check_foreign_model(model, cfg, task)
         except ForeignModelError as err:
             raise CheckpointError(f"{path / META}: {err}") from None
-    return Checkpoint(path, model, task, cfg, {**meta, "task": task.to_dict()}, code_sha)
+    meta = {**meta, **({} if task is None else {"task": task.to_dict()})}
+    return Checkpoint(path, model, task, cfg, meta, code_sha)
 
 
-def as_checkpoint(checkpoint: str | Path | Checkpoint, trust_code: bool = False) -> Checkpoint:
+def as_checkpoint(
+    checkpoint: str | Path | Checkpoint, trust_code: bool = False, allow_no_task: bool = False
+) -> Checkpoint:
     """``checkpoint`` itself when loaded, else :func:`load_checkpoint` of the folder."""
     if isinstance(checkpoint, Checkpoint):
         return checkpoint
-    return load_checkpoint(checkpoint, trust_code=trust_code)
+    return load_checkpoint(checkpoint, trust_code=trust_code, allow_no_task=allow_no_task)
 
 
 def check_task_fits(task: Task, cfg: ModelConfig | ForeignConfig, where: Path) -> None:

@@ -143,3 +143,22 @@ def native(**config) -> torch.nn.Module:
 def broken(**kwargs) -> torch.nn.Module:
     """A factory that fails."""
     raise RuntimeError("broken on purpose")
+
+
+class FlatOutput(PreLNTransformer):
+    """The same Transformer returning one number per sample: y [b], not [b, 1]."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)[:, 0]
+
+
+def build_flat(**kwargs) -> FlatOutput:
+    """The factory of :class:`FlatOutput` (``foreign_models:build_flat``)."""
+    return FlatOutput(**kwargs)
+
+
+def handset_flat(d: int) -> FlatOutput:
+    """:func:`handset`'s weights in a :class:`FlatOutput`."""
+    model = FlatOutput(**handset_kwargs(d))
+    model.load_state_dict(handset(d).state_dict())
+    return model

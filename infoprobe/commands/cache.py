@@ -54,6 +54,8 @@ examples:
 
 The samples are batch b = task.sample(size_b, default_rng([data_seed, b])); the default
 data seed is the training seed + {DATA_SEED_OFFSET}, apart from the training streams.
+With --inputs X.npy (and --targets Y.npy) they are the file's rows instead; its SHA-256
+is in the cache's data spec, so a resume with another file is refused.
 Read a cache in Python with infoprobe.hooks.open_cache(path)."""
 
 INFO_DESCRIPTION = """Print what an activation cache holds, without loading its arrays: its
@@ -92,6 +94,21 @@ def _add_write_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_trust_argument(p)
+    p.add_argument(
+        "--inputs",
+        metavar="X",
+        default=None,
+        help="cache these inputs instead of the task's samples: x float32 [n, T, d] as .npy, "
+        "or the dataset/tensor 'x' of an .h5 or .safetensors file (the first min(--n, n) "
+        "rows); needed for a checkpoint saved without a task",
+    )
+    p.add_argument(
+        "--targets",
+        metavar="Y",
+        default=None,
+        help="targets of --inputs: y [n] or [n, d_out] (.npy, or 'y' in .h5/.safetensors); "
+        "without it /targets/y holds NaN",
+    )
 
 
 class _CheckpointOrSubcommand(argparse._SubParsersAction):
@@ -247,8 +264,14 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = settings_from_args(CacheSettings, args)
+    if args.targets is not None and args.inputs is None:
+        raise UsageError("--targets needs --inputs (the targets of those inputs)")
     job = checkpoint_cache_job(
-        args.checkpoint, trust_code=args.trust_code, **settings.job_options()
+        args.checkpoint,
+        trust_code=args.trust_code,
+        inputs=args.inputs,
+        targets=args.targets,
+        **settings.job_options(),
     )
     plan, spec = job.plan, job.provenance["data_spec"]
     weights = (
@@ -256,10 +279,12 @@ def run(args: argparse.Namespace) -> int:
         if settings.random_init_seed is None
         else f"random-init control (seed {settings.random_init_seed})"
     )
-    print(
-        f"checkpoint {args.checkpoint} ({weights}), task {spec['task']['name']}, "
-        f"data seed {spec['data_seed']}"
+    source = (
+        f"task {spec['task']['name']}, data seed {spec['data_seed']}"
+        if spec.get("inputs") is None
+        else f"inputs {spec['inputs']['file']} (SHA-256 {spec['inputs']['sha256'][:12]}…)"
     )
+    print(f"checkpoint {args.checkpoint} ({weights}), {source}")
     print(
         f"estimated size: {plan.nbytes / 1e6:.1f} MB for {plan.n} samples × "
         f"{len(plan.hook_names)} sites ({plan.dtype}) → {args.out}"

@@ -82,7 +82,8 @@ def _select(output, ref: SiteRef, where: str) -> torch.Tensor:
 class HookedAdapter(HookedRootModule):
     """A plain module with hook points added where ``sites`` says its states live.
 
-    ``adapter(x)`` is ``model(x)``: x [b, T, d] → y [b, d_out]. The wrapped module is
+    ``adapter(x)`` is ``model(x)``: x [b, T, d] → y [b, d_out] (a model's y [b] is given
+    as [b, 1]). The wrapped module is
     ``adapter.wrapped`` (its ``state_dict`` is the checkpoint's); hook names follow
     TransformerLens (module doc), so ``run_with_cache`` and ``hooks`` work.
     """
@@ -146,8 +147,11 @@ class HookedAdapter(HookedRootModule):
         return module.register_forward_hook(hook)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """y [b, d_out]; a model returning one number per sample, y [b], gives [b, 1]
+        (d_out = 1), so every instrument and check sees the same shape."""
         with unfused_attention():
-            return self.wrapped(x)
+            y = self.wrapped(x)
+        return y[:, None] if isinstance(y, torch.Tensor) and y.ndim == 1 else y
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""Check a foreign model against its config on two samples of its task, before any use.
+"""Check a foreign model against its config on two inputs, before any use: two samples of
+its task, or standard normal ones of its T and d when it has none.
 
 The instruments read ``[b, T+1, E]`` residual streams (data tokens 0..T-1, the readout
 token last) and ``[b, h_l, T+1, T+1]`` attention patterns whose rows sum to 1; a model
@@ -39,10 +40,21 @@ def _where(cfg: ForeignConfig, name: str) -> str:
     return f"site {str(refs[name])!r} (hook {name!r})"
 
 
-def check_foreign_model(model: HookedRootModule, cfg: ForeignConfig, task) -> None:
-    """Raise :class:`ForeignModelError` unless ``model`` has the shapes ``cfg`` declares."""
+def check_inputs(cfg: ForeignConfig, task) -> tuple[np.ndarray, str]:
+    """Two inputs x [2, T, d] to check a model on, and their name: two samples of
+    ``task``, or (no task) standard normal draws of the config's T and d."""
+    rng = np.random.default_rng(0)
+    if task is None:
+        x = rng.standard_normal((2, cfg.n_ctx, cfg.d_in)).astype(np.float32)
+        return x, "standard normal inputs"
+    return task.sample(2, rng)[0], f"task {task.name!r}"
+
+
+def check_foreign_model(model: HookedRootModule, cfg: ForeignConfig, task=None) -> None:
+    """Raise :class:`ForeignModelError` unless ``model`` has the shapes ``cfg`` declares
+    (on two samples of ``task``; None: of standard normal inputs of its T and d)."""
     T, E = cfg.n_ctx, cfg.d_model
-    x, _ = task.sample(2, np.random.default_rng(0))
+    x, source = check_inputs(cfg, task)
     names = layer_sites(cfg.n_layers)
     missing = [n for n in names if n not in model.hook_dict]
     if missing:
@@ -59,7 +71,7 @@ def check_foreign_model(model: HookedRootModule, cfg: ForeignConfig, task) -> No
         raise
     except Exception as err:
         raise ForeignModelError(
-            f"the model failed on inputs x [2, T={T}, d={cfg.d_in}] of task {task.name!r}: "
+            f"the model failed on inputs x [2, T={T}, d={cfg.d_in}] ({source}): "
             f"{type(err).__name__}: {err}"
         ) from None
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (2, cfg.d_out):

@@ -107,7 +107,7 @@ def influence_for_cache(
             and everything :func:`write_influence` raises. CacheError: unreadable cache.
     """
     out, cache_path = Path(out), Path(cache_path)
-    ckpt = as_checkpoint(checkpoint, trust_code)
+    ckpt = as_checkpoint(checkpoint, trust_code, allow_no_task=True)  # x: the cache's
     preflight(out, overwrite)  # refuse a foreign or complete --out before any work
     with open_cache(cache_path) as cache:
         _check_alignment(cache, cache_path, ckpt)

@@ -29,6 +29,7 @@ from infoprobe.hooks import CacheError, CachePlan, CacheSummary, plan_cache, wri
 from infoprobe.hooks.sites import check_site_spec
 from infoprobe.hooks.writer import STORAGE_DTYPES, BatchFn
 from infoprobe.model import MAX_SEED, ModelConfig
+from infoprobe.pipeline.inputs import read_inputs
 from infoprobe.tasks import Task
 
 DATA_SEED_OFFSET = 10_000
@@ -192,8 +193,11 @@ def checkpoint_cache_job(
     random_init_seed: int | None = None,
     device: str | torch.device = CacheSettings.device,
     trust_code: bool = False,
+    inputs: str | os.PathLike | None = None,
+    targets: str | os.PathLike | None = None,
 ) -> CacheJob:
-    """Plan the cache of a checkpoint on ``n`` fresh samples of its task.
+    """Plan the cache of a checkpoint on ``n`` fresh samples of its task, or on the first
+    ``n`` rows of an inputs file.
 
     Args:
         checkpoint: checkpoint folder (or a loaded :class:`Checkpoint`).
@@ -201,23 +205,34 @@ def checkpoint_cache_job(
             :class:`CacheSettings` (its defaults; ``data_seed`` None:
             :func:`default_data_seed`).
         trust_code: run the code a foreign checkpoint names (:func:`load_checkpoint`).
+        inputs, targets: files of x [n, T, d] and y [n] or [n, d_out]
+            (:mod:`infoprobe.pipeline.inputs`): the cache holds their first ``min(n,
+            rows)`` rows instead of the task's samples; a checkpoint saved without a task
+            needs them.
 
     The provenance records the checkpoint's weights hash, a foreign model's code hash,
     its model config, the data spec and ``random_init_seed`` (None for the trained
     weights).
     """
-    ckpt = as_checkpoint(checkpoint, trust_code)
-    seed = default_data_seed(ckpt) if data_seed is None else int(data_seed)
+    ckpt = as_checkpoint(checkpoint, trust_code, allow_no_task=inputs is not None)
     if random_init_seed is None:
         model = ckpt.model
     else:
         model = random_init_model(ckpt.model_config, int(random_init_seed))
     model = model.to(device)
-    batch_fn = task_batch_fn(ckpt.task, seed)
+    if inputs is None:
+        seed = default_data_seed(ckpt) if data_seed is None else int(data_seed)
+        batch_fn = task_batch_fn(ckpt.task, seed)
+        spec = data_spec(ckpt.task, n=n, batch_size=batch_size, data_seed=seed)
+    else:
+        cfg = ckpt.model_config
+        found = read_inputs(inputs, targets, T=cfg.n_ctx, d=cfg.d_in, d_out=cfg.d_out)
+        n = min(n, len(found.x))
+        batch_fn, spec = found.batch_fn(batch_size), found.spec(n, batch_size)
     provenance = {
         **ckpt.model_identity,
         "model_config": ckpt.model_config.to_dict(),
-        "data_spec": data_spec(ckpt.task, n=n, batch_size=batch_size, data_seed=seed),
+        "data_spec": spec,
         "random_init_seed": random_init_seed,
     }
     plan = plan_cache(model, batch_fn, n=n, batch_size=batch_size, sites=sites, dtype=dtype)
@@ -236,7 +251,8 @@ def cache_checkpoint(
     """Cache a checkpoint's activations to ``out`` (resuming an interrupted run).
 
     ``options`` are those of :func:`checkpoint_cache_job` (n, sites, batch_size, dtype,
-    data_seed, random_init_seed, device, trust_code). Returns the :class:`CacheSummary`.
+    data_seed, random_init_seed, device, trust_code, inputs, targets). Returns the
+    :class:`CacheSummary`.
     """
     job = checkpoint_cache_job(checkpoint, **options)
     return job.run(Path(out), overwrite=overwrite, progress=progress, durable=durable)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from infoprobe.attention.orientation import choose_orientation
+from infoprobe.base.errors import UsageError
 from infoprobe.base.header import MODEL_IDENTITY
 from infoprobe.foreign.config import config_from_dict
 from infoprobe.hooks import open_cache
@@ -34,6 +35,12 @@ def predict_for_cache(
     """
     with open_cache(cache_path) as cache:
         spec, x = cache.spec, cache.x[:]
+        if spec.get("task") is None:
+            raise UsageError(
+                f"{cache_path}: data spec field 'task' is null (inputs from "
+                f"{(spec.get('inputs') or {}).get('file', 'a file')}): InfoFlow's sets are "
+                "derived from a task's structure; cache a task's samples to predict them"
+            )
         task = task_from_dict(spec["task"])
         arch = config_from_dict(cache.model_config)
         names = [f"blocks.{b}.attn.hook_pattern" for b in range(cache.n_blocks)]

@@ -1,0 +1,172 @@
+"""Your own model on your own data: a checkpoint saved with no task, inputs from a file.
+
+The model is tests/foreign_models.py's hand-set one-head Transformer, returning one
+number per sample (y [n]), whose information sets are known exactly; its checkpoint
+records no task, and every command takes its inputs from a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from foreign_models import SITES, handset_flat, handset_kwargs, handset_sets
+from test_bad_input import one_line_refusal, snapshot
+from test_own_model import own_states
+
+from infoprobe import load_checkpoint, save_checkpoint
+from infoprobe.cli import main
+from infoprobe.foreign import ForeignConfig, HookedAdapter
+from infoprobe.hooks import open_cache
+from infoprobe.influence import read_influence
+
+T, D = 8, 4
+CONFIG = ForeignConfig(factory="foreign_models:build_flat", kwargs=handset_kwargs(D),
+                       sites=SITES, heads=(1,), d_model=2 * D + 1, n_ctx=T, d_in=D)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The checkpoint (no task) and inputs x [600, T, d] as .npy, .h5 and .safetensors."""
+    root = tmp_path_factory.mktemp("own-inputs")
+    ckpt = save_checkpoint(root / "ckpt", handset_flat(D), None, config=CONFIG)
+    x = np.random.default_rng(3).standard_normal((600, T, D)).astype(np.float32)
+    np.save(root / "x.npy", x)
+    with h5py.File(root / "x.h5", "w") as f:
+        f["x"] = x
+    from safetensors.numpy import save_file
+
+    save_file({"x": x}, str(root / "x.safetensors"))
+    np.save(root / "y.npy", x.sum(axis=(1, 2)))
+    return root, ckpt, x
+
+
+def test_a_checkpoint_with_no_task_and_a_flat_output(files):
+    _, ckpt, x = files
+    meta = json.loads((ckpt / "checkpoint.json").read_text())
+    assert "task" not in meta and meta["model_config"]["d_out"] == 1
+    ck = load_checkpoint(ckpt, trust_code=True, allow_no_task=True)
+    assert ck.task is None and isinstance(ck.model, HookedAdapter)
+    xs = torch.as_tensor(x[:5])
+    y = ck.model(xs)  # y [b] of the model given as [b, 1]
+    assert y.shape == (5, 1)
+    torch.testing.assert_close(y[:, 0], ck.model.wrapped(xs))
+
+
+@pytest.mark.parametrize("name", ["x.npy", "x.h5", "x.safetensors"])
+def test_cache_takes_inputs_from_a_file_and_influence_follows(files, tmp_path, name):
+    root, ckpt, x = files
+    acts, flow = tmp_path / "acts.h5", tmp_path / "flow.h5"
+    argv = ["cache", str(ckpt), "--inputs", str(root / name), "--out", str(acts), "--quiet",
+            "--trust-code", "--cache-batch", "128"]  # fmt: skip
+    if name == "x.npy":
+        argv += ["--targets", str(root / "y.npy")]
+    assert main(argv) == 0
+    with open_cache(acts) as cache:
+        np.testing.assert_array_equal(cache.x[:], x)
+        spec = cache.spec
+        got = cache.acts("blocks.0.hook_resid_post")[:]
+        y = cache.y[:]
+    digest = hashlib.sha256((root / name).read_bytes()).hexdigest()
+    assert spec["inputs"]["sha256"] == digest and spec["task"] is None and spec["n"] == 600
+    if name == "x.npy":
+        np.testing.assert_allclose(y[:, 0], x.sum(axis=(1, 2)), rtol=1e-6)
+    else:
+        assert spec["targets"] is None and np.isnan(y).all()
+    states, _ = own_states(handset_flat(D), torch.as_tensor(x))
+    np.testing.assert_allclose(got, states[1].detach().numpy(), rtol=1e-5, atol=1e-5)
+    argv = ["influence", str(ckpt), "--cache", str(acts), "--out", str(flow), "--quiet",
+            "--trust-code"]  # fmt: skip
+    assert main(argv) == 0
+    inf = read_influence(flow)
+    true, tie = handset_sets(x[inf.sample_index])
+    observed = np.moveaxis(inf.sets(), 0, 1)[..., :T]
+    assert tie.mean() < 0.2
+    assert (observed[:, 1][~tie] == true[:, 1][~tie]).all()
+    # the same command again: the cache is complete and matches, nothing to do
+    cache_argv = ["cache", str(ckpt), "--inputs", str(root / name), "--out", str(acts),
+                  "--quiet", "--trust-code", "--cache-batch", "128"]  # fmt: skip
+    extra = ["--targets", str(root / "y.npy")] if name == "x.npy" else []
+    assert main([*cache_argv, *extra]) == 0
+
+
+def write(path, array):
+    np.save(path, array)
+    return path
+
+
+BAD = [
+    (lambda x: x[0], ["shape [8, 4]", "expected [n, T=8, d=4]"]),
+    (lambda x: x[:, :5], ["shape [600, 5, 4]", "T=8"]),
+    (lambda x: x[..., :3], ["shape [600, 8, 3]", "d=4"]),
+    (lambda x: (x * 10).astype(np.int64), ["dtype int64", "floating point"]),
+    (lambda x: np.where(np.arange(600)[:, None, None] == 7, np.nan, x), ["nan", "[7, 0, 0]"]),
+]
+
+
+@pytest.mark.parametrize("make, words", BAD)
+def test_a_bad_inputs_file_is_one_line_and_writes_nothing(
+    monkeypatch, capsys, tmp_path, files, make, words
+):
+    _, ckpt, x = files
+    bad = write(tmp_path / "bad.npy", make(x))
+    argv = [str(ckpt), "--inputs", str(bad), "--out", str(tmp_path / "acts.h5"), "--trust-code"]
+    before = snapshot(tmp_path)
+    one_line_refusal(monkeypatch, capsys, "cache", argv, [str(bad), *words])
+    assert snapshot(tmp_path) == before
+
+
+def test_other_bad_inputs_are_one_line(monkeypatch, capsys, tmp_path, files):
+    root, ckpt, _ = files
+    out = ["--out", str(tmp_path / "acts.h5"), "--trust-code"]
+    objects = np.empty(3, dtype=object)
+    np.save(tmp_path / "pickled.npy", objects, allow_pickle=True)
+    cases = [
+        ([str(ckpt), *out], ["does not say which task", "--inputs"]),
+        ([str(ckpt), "--inputs", str(tmp_path / "none.npy"), *out], ["no such file"]),
+        ([str(ckpt), "--inputs", str(tmp_path / "pickled.npy"), *out], ["not a readable"]),
+        (
+            [str(ckpt), "--inputs", str(root / "x.h5"), "--targets", str(root / "x.npy"), *out],
+            ["targets y have shape [600, 8, 4]", "[n=600]"],
+        ),
+        ([str(ckpt), "--targets", str(root / "y.npy"), *out], ["--targets needs --inputs"]),
+        (
+            [str(ckpt), "--inputs", str(root / "x.npy"), "--out", str(tmp_path / "a.h5")],
+            ["--trust-code"],
+        ),
+    ]
+    for argv, words in cases:
+        one_line_refusal(monkeypatch, capsys, "cache", argv, words)
+    assert not (tmp_path / "acts.h5").exists() and not (tmp_path / "a.h5").exists()
+
+
+def test_predict_names_why_a_cache_of_file_inputs_has_no_predicted_sets(
+    monkeypatch, capsys, tmp_path, files
+):
+    root, ckpt, _ = files
+    acts = tmp_path / "acts.h5"
+    argv = ["cache", str(ckpt), "--inputs", str(root / "x.npy"), "--out", str(acts),
+            "--quiet", "--trust-code", "--n", "64"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    words = ["data spec field 'task' is null", "x.npy"]
+    one_line_refusal(monkeypatch, capsys, "predict", ["--cache", str(acts), "--out",
+                     str(tmp_path / "pred.h5")], words)  # fmt: skip
+
+
+def test_a_cache_resumed_with_another_inputs_file_is_refused(monkeypatch, capsys, tmp_path, files):
+    root, ckpt, x = files
+    acts = tmp_path / "acts.h5"
+    argv = ["cache", str(ckpt), "--inputs", str(root / "x.npy"), "--out", str(acts),
+            "--quiet", "--trust-code", "--n", "64"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    other = write(tmp_path / "other.npy", x[::-1].copy())
+    before = snapshot(tmp_path)
+    argv = [str(ckpt), "--inputs", str(other), "--out", str(acts), "--trust-code", "--n", "64"]
+    one_line_refusal(monkeypatch, capsys, "cache", argv, ["data_spec"])
+    assert snapshot(tmp_path) == before
