@@ -170,3 +170,22 @@ def test_a_cache_resumed_with_another_inputs_file_is_refused(monkeypatch, capsys
     argv = [str(ckpt), "--inputs", str(other), "--out", str(acts), "--trust-code", "--n", "64"]
     one_line_refusal(monkeypatch, capsys, "cache", argv, ["data_spec"])
     assert snapshot(tmp_path) == before
+
+
+def test_the_flow_summary_gives_medians_beside_means():
+    """A few near-tie samples (a huge g) carry the mean alone; the median is the typical
+    sample's value, computed here by hand."""
+    from infoprobe.influence.summary import layer_summary
+
+    rng = np.random.default_rng(0)
+    n, T = 50, 4
+    scores = rng.uniform(0.0, 1.0, (2, n, T + 1, T))
+    scores[1, :3] = 1e4  # three outlying samples
+    rows = layer_summary(scores.mean(axis=1), scores)
+    own = np.eye(T, dtype=bool)
+    for layer, row in enumerate(rows):
+        per = scores[layer]
+        assert row["own_median"] == pytest.approx(np.median(per[:, :T][:, own]))
+        assert row["others_median"] == pytest.approx(np.median(per[:, :T][:, ~own]))
+        assert row["cls_median"] == pytest.approx(np.median(per[:, T]))
+    assert rows[1]["others"] > 500 and rows[1]["others_median"] < 1

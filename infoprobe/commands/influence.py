@@ -120,11 +120,13 @@ def run(args: argparse.Namespace) -> int:
         f"n={result.n} samples, T={T}, σ={result.input_scale:.4g}; flow set: g ≥ "
         f"{flow_threshold(T):.4g} (0.25/T)"
     )
-    print("layer  mean g: own position   other positions   CLS   | set size: token  CLS")
+    print("layer  g, mean (median): own position   other positions       CLS  | "
+          "set size: token  CLS")  # fmt: skip
     for row in layer_summary(result.aggregate, result.scores):
+        cells = [f"{row[k]:.3g} ({row[k + '_median']:.3g})" for k in ("own", "others", "cls")]
         print(
-            f"{row['layer']:>5}  {row['own']:>20.3f}  {row['others']:>16.3f}  "
-            f"{row['cls']:>5.3f}   | {row['set_size']:>14.2f}  {row['cls_set_size']:>3.2f}"
+            f"{row['layer']:>5}  {cells[0]:>30}  {cells[1]:>16}  {cells[2]:>13}  | "
+            f"{row['set_size']:>14.2f}  {row['cls_set_size']:>3.2f}"
         )
     print(f"results: {result.path}")
     return 0
