@@ -43,7 +43,8 @@ from .observed import (
 )
 from .query import QueryProbeFit, fit_query_probe, fit_query_probe_sets
 from .results import ProbeResults
-from .ridge import DEFAULT_ALPHAS, RidgeAccumulator, RidgeFit, RidgeSolution, fit_ridge
+from .ridge import DEFAULT_ALPHAS, RidgeAccumulator, RidgeSolution
+from .ridge_fit import RidgeFit, fit_ridge
 from .split import make_split
 from .targets import AttentionRole, attention_rank_partners, position_targets, role_partners
 

@@ -6,7 +6,7 @@ Both follow the sklearn contract (the constructor only stores parameters;
 ``get_params``/``set_params``) and pass
 ``sklearn.utils.estimator_checks.check_estimator``, so they work in pipelines,
 grid searches and cross-validation. They do not re-implement anything: a
-``RidgeProbe`` is one call of :func:`infoprobe.probes.ridge.fit_ridge` and an
+``RidgeProbe`` is one call of :func:`infoprobe.probes.ridge_fit.fit_ridge` and an
 ``MLPProbe`` is :func:`infoprobe.probes.mlp.fit_mlp_probes` with one cell and
 one target (C = S = 1). For many probes at once, call the engines directly.
 
@@ -25,7 +25,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
 from infoprobe.probes.mlp import MLPProbeFit, fit_mlp_probes
-from infoprobe.probes.ridge import DEFAULT_ALPHAS, RidgeFit, fit_ridge
+from infoprobe.probes.ridge import DEFAULT_ALPHAS
+from infoprobe.probes.ridge_fit import RidgeFit, fit_ridge
 
 __all__ = ["MLPProbe", "RidgeProbe"]
 
@@ -69,7 +70,7 @@ class ProbeRegressor(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
 class RidgeProbe(ProbeRegressor):
     """Linear ridge probe (sklearn's ``Ridge`` convention: penalty ``alpha·‖W‖²`` on
-    centred data, unpenalised intercept), fitted by :func:`~infoprobe.probes.ridge.fit_ridge`.
+    centred data, unpenalised intercept), fitted by :func:`~infoprobe.probes.ridge_fit.fit_ridge`.
 
     Parameters:
         alpha: λ when ``alphas`` is None (default 1.0).
@@ -83,7 +84,7 @@ class RidgeProbe(ProbeRegressor):
         intercept_: float (1-D y) or ``[k]``.
         alpha_: the λ used.
         n_features_in_, n_outputs_: input width E and number of outputs k.
-        ridge_fit_: the engine's :class:`~infoprobe.probes.ridge.RidgeFit`.
+        ridge_fit_: the engine's :class:`~infoprobe.probes.ridge_fit.RidgeFit`.
     """
 
     def __init__(self, alpha: float = 1.0, alphas: tuple[float, ...] | str | None = None):

@@ -18,7 +18,7 @@ import torch
 from infoprobe.hooks import open_cache, write_cache
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.pipeline.probing import ProbeSettings, probe_cache
-from infoprobe.probes.ridge import fit_ridge
+from infoprobe.probes.ridge_fit import fit_ridge
 from infoprobe.tasks import make_task
 from infoprobe.train.config import TrainConfig
 from infoprobe.train.loop import train

@@ -8,7 +8,8 @@ from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.metrics import r2_score
 
 from infoprobe.probes.errors import NonFiniteActivationError, ProbeInputError, SplitTooSmallError
-from infoprobe.probes.ridge import RidgeAccumulator, fit_ridge
+from infoprobe.probes.ridge import RidgeAccumulator
+from infoprobe.probes.ridge_fit import fit_ridge
 from infoprobe.probes.split import TEST, TRAIN, VAL, make_split
 
 N, C, E, G, D = 700, 3, 9, 4, 2
