@@ -14,7 +14,6 @@ that module's ``state_dict``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from transformer_lens import HookedRootModule
 
 from infoprobe import __version__
 from infoprobe.base.atomic import atomic_output
+from infoprobe.base.digest import file_sha256
 from infoprobe.base.errors import UsageError, UserError
 from infoprobe.base.header import MODEL_IDENTITY, check_header, make_header
 from infoprobe.foreign.check import check_foreign_model
@@ -62,15 +62,6 @@ NO_TASK_HINT = (
 
 class CheckpointError(UserError):
     """A checkpoint folder is missing, truncated, foreign or inconsistent."""
-
-
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def package_versions() -> dict[str, str]:

@@ -25,6 +25,7 @@ import importlib.machinery
 import sys
 from pathlib import Path
 
+from infoprobe.base.digest import file_sha256
 from infoprobe.foreign.errors import ForeignModelError
 
 
@@ -80,17 +81,11 @@ def is_stdlib(module_name: str) -> bool:
     return top in sys.stdlib_module_names or top in sys.builtin_module_names
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def same_file(a: Path, b: Path) -> bool:
     """Whether two paths hold the same code (the same file, or equal bytes)."""
-    return a.resolve() == b.resolve() or (a.is_file() and b.is_file() and _sha256(a) == _sha256(b))
+    return a.resolve() == b.resolve() or (
+        a.is_file() and b.is_file() and file_sha256(a) == file_sha256(b)
+    )
 
 
 def code_files(factory: str, folder: Path) -> list[Path]:
@@ -114,7 +109,7 @@ def model_code_sha256(factory: str, folder: Path) -> str:
             name = str(path.absolute().relative_to(folder.absolute()))
         except ValueError:
             name = str(path.resolve())
-        digest.update(name.encode() + b"\0" + _sha256(path).encode() + b"\0")
+        digest.update(name.encode() + b"\0" + file_sha256(path).encode() + b"\0")
     return digest.hexdigest()
 
 
@@ -136,7 +131,7 @@ def check_trusted(factory: str, folder: Path, where: str, *, trust_code: bool) -
         return
     path = locate_module(module_name, folder)
     shown = (
-        f"would import {path.resolve()} (SHA-256 {_sha256(path)[:16]}…)"
+        f"would import {path.resolve()} (SHA-256 {file_sha256(path)[:16]}…)"
         if path is not None and path.is_file()
         else f"names module {module_name!r}, not found on sys.path or beside it"
     )

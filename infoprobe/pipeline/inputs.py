@@ -25,6 +25,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from infoprobe.base.digest import file_sha256
 from infoprobe.base.errors import UserError
 
 SUFFIXES = (".npy", ".h5", ".hdf5", ".safetensors")
@@ -33,16 +34,6 @@ SAMPLER = "rows 0..n-1 of the inputs file"
 
 class InputsError(UserError):
     """An inputs or targets file is missing, of another format, shape or dtype."""
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_array(path: str | os.PathLike, name: str) -> np.ndarray:
@@ -141,7 +132,7 @@ def read_inputs(
     if x.shape[0] < 1:
         raise InputsError(f"{path}: inputs x have no rows (shape {list(x.shape)})")
     x = _floating(x, path, "inputs x")
-    described = {"file": str(path.resolve()), "sha256": _sha256(path), "shape": list(x.shape)}
+    described = {"file": str(path.resolve()), "sha256": file_sha256(path), "shape": list(x.shape)}
     if targets is None:
         return FileInputs(x, np.full((len(x), d_out), np.nan, np.float32), described, None)
     tpath = Path(targets)
@@ -153,5 +144,5 @@ def read_inputs(
             f"[n={len(x)}, d_out={d_out}] (one row per input)"
         )
     y = _floating(y, tpath, "targets y")
-    target = {"file": str(tpath.resolve()), "sha256": _sha256(tpath), "shape": list(y.shape)}
+    target = {"file": str(tpath.resolve()), "sha256": file_sha256(tpath), "shape": list(y.shape)}
     return FileInputs(x, y, described, target)
