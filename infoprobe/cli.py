@@ -40,6 +40,7 @@ ORDER = [
     "probe-checkpoint",
     "train",
     "predict",
+    "sets",
     "cache",
     "probe",
     "influence",

@@ -189,3 +189,61 @@ def test_the_flow_summary_gives_medians_beside_means():
         assert row["others_median"] == pytest.approx(np.median(per[:, :T][:, ~own]))
         assert row["cls_median"] == pytest.approx(np.median(per[:, T]))
     assert rows[1]["others"] > 500 and rows[1]["others_median"] < 1
+
+
+def test_your_sets_against_flow_from_the_shell(monkeypatch, capsys, files, tmp_path):
+    """The whole path of a model with no task: cache --inputs, influence, sets (the model's
+    known truth), compare; every step rc 0; flow's AUROC against the truth at the
+    retrieving layer >= 0.98. Without --trust-code the first step is refused."""
+    root, ckpt, x = files
+    acts, flow, pred = tmp_path / "acts.h5", tmp_path / "flow.h5", tmp_path / "pred.h5"
+    cache = ["cache", str(ckpt), "--inputs", str(root / "x.npy"), "--out", str(acts), "--quiet"]
+    one_line_refusal(monkeypatch, capsys, "cache", cache[1:], ["--trust-code"])
+    monkeypatch.undo()  # every command again
+    assert main([*cache, "--trust-code"]) == 0
+    argv = ["influence", str(ckpt), "--cache", str(acts), "--out", str(flow), "--quiet",
+            "--trust-code"]  # fmt: skip
+    assert main(argv) == 0
+    true, _ = handset_sets(x)  # [n, 2, T+1, T]
+    np.save(tmp_path / "truth.npy", np.moveaxis(true, 1, 0))  # [L+1, n, T+1, T]
+    assert main(["sets", str(tmp_path / "truth.npy"), "--cache", str(acts), "--out",
+                 str(pred)]) == 0  # fmt: skip
+    out = tmp_path / "comparison.json"
+    capsys.readouterr()
+    assert main(["compare", str(pred), "--influence", str(flow), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    comparison = json.loads(out.read_text())["comparisons"]["flow"]["infoflow"]
+    auroc = comparison["per_sample"]["others"]["auroc_per_layer"]
+    assert auroc[1] >= 0.98, (auroc, printed)
+    assert "AUROC" in printed
+    words = ["no task", "infoprobe compare"]
+    one_line_refusal(monkeypatch, capsys, "report", [str(pred), "--influence", str(flow),
+                     "--out", str(tmp_path / "rep")], words)  # fmt: skip
+    monkeypatch.undo()
+    assert not (tmp_path / "rep").exists()
+    # other samples are refused: the sets file names the cache's inputs file
+    other = tmp_path / "other.npy"
+    np.save(other, x[::-1].copy())
+    acts2, flow2 = tmp_path / "acts2.h5", tmp_path / "flow2.h5"
+    assert main(["cache", str(ckpt), "--inputs", str(other), "--out", str(acts2), "--quiet",
+                 "--trust-code"]) == 0  # fmt: skip
+    assert main(["influence", str(ckpt), "--cache", str(acts2), "--out", str(flow2),
+                 "--quiet", "--trust-code"]) == 0  # fmt: skip
+    capsys.readouterr()
+    one_line_refusal(monkeypatch, capsys, "compare", [str(pred), "--influence", str(flow2)],
+                     ["inputs_file"])  # fmt: skip
+
+
+def test_sets_of_the_wrong_shape_are_one_line(monkeypatch, capsys, files, tmp_path):
+    root, ckpt, _ = files
+    acts = tmp_path / "acts.h5"
+    assert main(["cache", str(ckpt), "--inputs", str(root / "x.npy"), "--out", str(acts),
+                 "--quiet", "--trust-code", "--n", "64"]) == 0  # fmt: skip
+    capsys.readouterr()
+    np.save(tmp_path / "short.npy", np.zeros((2, 63, T + 1, T), dtype=bool))
+    np.save(tmp_path / "floats.npy", np.full((2, 64, T + 1, T), 0.5))
+    for name, words in (("short.npy", ["[2, 63, 9, 8]", "n=64"]),
+                        ("floats.npy", ["float64", "expected bool"])):  # fmt: skip
+        argv = [str(tmp_path / name), "--cache", str(acts), "--out", str(tmp_path / "p.h5")]
+        one_line_refusal(monkeypatch, capsys, "sets", argv, words)
+    assert not (tmp_path / "p.h5").exists()

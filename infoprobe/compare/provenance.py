@@ -77,24 +77,30 @@ def check_provenance(
     pred_source / probe_source name the files in the messages.
     Raises ProvenanceError naming every missing or mismatched field with both values.
     """
+    # samples from an inputs file have no task and no data seed: the file's hash names them
+    from_file = "inputs_file" in pred_prov and "inputs_file" in probe_prov
+    required = ("inputs_file", "n") if from_file else PROVENANCE_REQUIRED
     missing = [
         f"{source} lacks field {key!r}"
         for source, prov in ((pred_source, pred_prov), (probe_source, probe_prov))
-        for key in PROVENANCE_REQUIRED
+        for key in required
         if key not in prov
     ]
     if missing:
         raise ProvenanceError(
             "cannot check that predicted and observed sets match: "
             + "; ".join(missing)
-            + f" (required: {', '.join(PROVENANCE_REQUIRED)})"
+            + f" (required: {', '.join(required)})"
         )
     defaults = dict.fromkeys(PROVENANCE_NONE_BY_DEFAULT)
     pred_prov, probe_prov = {**defaults, **pred_prov}, {**defaults, **probe_prov}
     mismatched = [
         f"field {key!r}: {pred_source} has {pred_prov[key]!r}, {probe_source} has "
         f"{probe_prov[key]!r}"
-        for key in PROVENANCE_REQUIRED + PROVENANCE_OPTIONAL + PROVENANCE_NONE_BY_DEFAULT
+        for key in PROVENANCE_REQUIRED
+        + PROVENANCE_OPTIONAL
+        + PROVENANCE_NONE_BY_DEFAULT
+        + ("inputs_file",)
         if key in pred_prov
         and key in probe_prov
         and not _same(key, pred_prov[key], probe_prov[key])
@@ -111,6 +117,12 @@ def _without_none(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
+def inputs_file(spec: Mapping[str, Any] | None) -> str | None:
+    """The SHA-256 of the inputs file a cache's samples came from (None: a task's)."""
+    inputs = (spec or {}).get("inputs")
+    return inputs.get("sha256") if isinstance(inputs, Mapping) else None
+
+
 def predicted_provenance(sets: SetsFile) -> dict[str, Any]:
     """Provenance fields of a predicted-sets file, named as in :func:`check_provenance`."""
     prov = sets.provenance
@@ -124,6 +136,7 @@ def predicted_provenance(sets: SetsFile) -> dict[str, Any]:
             **{key: prov.get(key) for key in MODEL_IDENTITY},
             "random_init_seed": prov.get("random_init_seed"),
             "inputs_sha256": inputs_hash(sets.x),
+            "inputs_file": inputs_file(prov.get("data_spec")),
         }
     )
 
@@ -144,6 +157,7 @@ def cache_provenance_fields(
             "n_layers": n_layers,
             **{key: cache_prov.get(key) for key in MODEL_IDENTITY},
             "random_init_seed": cache_prov.get("random_init_seed"),
+            "inputs_file": inputs_file(spec),
             "inputs_sha256": None if x is None else inputs_hash(x),
         }
     )

@@ -375,7 +375,7 @@ def compare_sources(
     if flow_obs is not None and dec_obs is not None and dec_obs.per_sample is not None:
         table = crosstab(flow_obs, dec_obs)
     heads = None
-    if sources.patterns is not None:
+    if sources.patterns is not None and sources.sets_file.task is not None:  # a program's
         heads = observed_program(sources.patterns, predicted_program(sources.sets_file), sources.x)
     summary = None
     if null_q is not None:

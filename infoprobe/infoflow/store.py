@@ -55,7 +55,7 @@ class SetsFile:
 
     sets: np.ndarray
     x: np.ndarray
-    task: dict[str, Any]
+    task: dict[str, Any] | None
     arch: dict[str, Any]
     provenance: dict[str, Any]
     prediction: dict[str, Any]
@@ -83,18 +83,50 @@ def write_sets(
     """
     x = prediction.task.check_inputs(x).astype(np.float32)
     refuse_non_finite(x, f"{path}: inputs x", SetsFileError)
-    n, T, _ = x.shape
-    L = prediction.program.n_layers
     summary = {k: v for k, v in prediction.to_dict().items() if k != "program"}
+
+    def fill(sets: h5py.Dataset, step: int) -> None:
+        for start in range(0, len(x), step):
+            stop = min(len(x), start + step)
+            sets[:, start:stop] = execute(prediction.program, x[start:stop], progress=progress)
+
+    meta = {"task": prediction.task.to_dict(), "arch": prediction.arch.to_dict(),
+            "provenance": provenance, "prediction": summary}  # fmt: skip
+    return _write(path, x, prediction.program.n_layers, meta, prediction.program_text(), fill,
+                  overwrite=overwrite, chunk=chunk)  # fmt: skip
+
+
+def write_given_sets(
+    path: str | os.PathLike,
+    sets: np.ndarray,
+    x: np.ndarray,
+    meta: dict[str, Any],
+    program: str,
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Write sets made elsewhere (bool [L+1, N, T+1, T+1] over inputs x [N, T, d]) in the
+    same format; ``meta`` holds the ``task`` (dict or None), ``arch``, ``provenance`` and
+    ``prediction`` attributes, ``program`` says where the sets come from."""
+
+    def fill(dataset: h5py.Dataset, step: int) -> None:
+        for start in range(0, len(x), step):
+            dataset[:, start : start + step] = sets[:, start : start + step]
+
+    return _write(path, x, sets.shape[0] - 1, meta, program, fill, overwrite=overwrite)
+
+
+def _write(path, x, L, meta, program, fill, *, overwrite: bool, chunk: int = DEFAULT_CHUNK):
+    """The predicted-sets file at ``path`` (module doc), its ``/sets`` filled by
+    ``fill(dataset, step)``; under a temporary name, renamed when complete."""
+    n, T, _ = x.shape
     with atomic_output(path, overwrite=overwrite, what="predicted-sets file", kind=FORMAT) as tmp:
         with h5py.File(tmp, "w") as f:
             write_attrs(f.attrs, make_header(FORMAT, SCHEMA_VERSION, axes_of(AXES, X_AXES)))
             f.attrs["convention"] = CONVENTION
-            f.attrs["task"] = json.dumps(prediction.task.to_dict(), sort_keys=True)
-            f.attrs["arch"] = json.dumps(prediction.arch.to_dict(), sort_keys=True)
-            f.attrs["provenance"] = json.dumps(provenance, sort_keys=True, default=str)
-            f.attrs["prediction"] = json.dumps(summary, sort_keys=True)
-            f.attrs["program"] = prediction.program_text()
+            for key in JSON_ATTRS:
+                f.attrs[key] = json.dumps(meta[key], sort_keys=True, default=str)
+            f.attrs["program"] = program
             f.attrs["inputs_sha256"] = inputs_hash(x)
             label_axes(f.create_dataset("inputs/x", data=x), X_AXES)
             step = max(1, min(chunk, n))
@@ -103,9 +135,7 @@ def write_sets(
                 chunks=(1, min(step, max(1, n)), T + 1, T + 1), compression="gzip",
             )  # fmt: skip
             label_axes(sets, AXES)
-            for start in range(0, n, step):
-                stop = min(n, start + step)
-                sets[:, start:stop] = execute(prediction.program, x[start:stop], progress=progress)
+            fill(sets, step)
     return Path(path)
 
 
@@ -137,10 +167,11 @@ def read_sets(path: str | os.PathLike) -> SetsFile:
         for name in ("sets", "inputs/x"):
             if not isinstance(f.get(name), h5py.Dataset):
                 raise SetsFileError(f"{path}: missing dataset '/{name}'")
-        meta = {
-            field: json_field(f.attrs[field], path, field, error=SetsFileError)
+        meta = {  # task null: sets given for inputs from a file (write_given_sets)
+            field: json_field(f.attrs[field], path, field, error=SetsFileError,
+                              expected=(dict, type(None)) if field == "task" else dict)
             for field in JSON_ATTRS
-        }
+        }  # fmt: skip
         x_ds, sets_ds = f["inputs/x"], f["sets"]
         if x_ds.ndim != 3 or x_ds.dtype.kind != "f":
             raise SetsFileError(
@@ -157,6 +188,10 @@ def read_sets(path: str | os.PathLike) -> SetsFile:
         program = plain_text(f.attrs["program"])
     if not np.isfinite(x).all():
         raise SetsFileError(f"{path}: dataset '/inputs/x' holds NaN or inf (damaged file)")
+    if meta["task"] is None:  # sets given for inputs from a file: no task to check
+        _check_arch(meta["arch"], sets.shape[0] - 1, path)
+        _check_prediction(meta["prediction"], path)
+        return SetsFile(sets=sets, x=x, program=program, **meta)
     try:
         task = task_from_dict(meta["task"])
     except (ValueError, TypeError, KeyError) as err:

@@ -41,7 +41,7 @@ def read_array(path: str | os.PathLike, name: str) -> np.ndarray:
     safetensors), refused in one line naming the file when it cannot be read."""
     path = Path(path)
     if not path.is_file():
-        raise InputsError(f"{path}: no such file (--{'inputs' if name == 'x' else 'targets'})")
+        raise InputsError(f"{path}: no such file")
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
