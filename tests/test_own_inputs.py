@@ -216,6 +216,13 @@ def test_your_sets_against_flow_from_the_shell(monkeypatch, capsys, files, tmp_p
     auroc = comparison["per_sample"]["others"]["auroc_per_layer"]
     assert auroc[1] >= 0.98, (auroc, printed)
     assert "AUROC" in printed
+    # the probes read such a cache too, and compare sets them beside flow
+    control, probes = tmp_path / "control.h5", tmp_path / "probes.h5"
+    assert main([*cache, "--trust-code", "--random-init", "1", "--out", str(control)]) == 0
+    assert main(["probe", str(acts), "--control", str(control), "--out", str(probes)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(pred), str(probes), "--influence", str(flow)]) == 0
+    assert "decodability AUROC" in capsys.readouterr().out
     words = ["no task", "infoprobe compare"]
     one_line_refusal(monkeypatch, capsys, "report", [str(pred), "--influence", str(flow),
                      "--out", str(tmp_path / "rep")], words)  # fmt: skip
