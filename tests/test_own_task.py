@@ -464,3 +464,27 @@ def test_a_new_process_finds_entry_point_tasks_by_itself(plugin_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"name": "loudest", "params": {"T": 3, "d": 2, "seed": 0}}
+
+
+def test_the_positional_structure_of_docs_tasks_md_predicts_position_aggregation():
+    """docs/tasks.md's positional example, run as printed: CLS aggregates the first and
+    last positions in one head (with positional encoding), every sample the same set."""
+    import re
+    from pathlib import Path
+
+    from infoprobe.model import ModelConfig
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "tasks.md").read_text()
+    block = re.search(r"<!-- positional-structure -->\n```python\n(.*?)```", text, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "docs/tasks.md", "exec"), namespace)
+    task = namespace["FirstTimesLast"]()
+    x, y = task.sample(16, np.random.default_rng(0))
+    assert np.allclose(y[:, 0], x[:, 0, 0] * x[:, -1, 0], atol=1e-5)
+    cfg = ModelConfig(d_in=2, n_ctx=8, heads=(1,), pos_encoding="learned")
+    prediction = predict(task, cfg)
+    sets = prediction.sets(x)  # [L+1, n, T+1, T+1]
+    expected = np.zeros(9, bool)
+    expected[[0, 7, 8]] = True  # positions 0 and 7, and CLS itself
+    assert (sets[1, :, 8] == expected).all()
+    assert (sets[1, :, :8] == sets[0, :, :8]).all()  # the data tokens take nothing
