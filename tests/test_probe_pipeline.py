@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from infoprobe.hooks import write_cache
+from infoprobe.hooks import open_cache, write_cache
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.pipeline.probing import ProbeSettings, probe_cache, run_probe
 from infoprobe.probes.batched_training import TrainingBudget
@@ -294,3 +294,15 @@ def test_mlp_and_query_probes_recover_the_planted_sets(caches, probe):
     if probe == "query":
         per_sample = res.observed[("positions", "per_sample")][..., :T]
         assert per_sample[np.broadcast_to(truth[:, None], per_sample.shape)].mean() > 0.9
+    # the comparison's view of them: per-sample sets, or one line saying there are none
+    from infoprobe.base.errors import CompareInputError
+    from infoprobe.compare.instruments import decodability
+
+    with open_cache(trained) as cache:
+        x_test = cache.x[:][np.asarray(res.test_index)]
+    obs = decodability(res, x_test)
+    if probe == "query":
+        assert obs.sample_sets().shape == (len(res.layers), len(x_test), T + 1, T)
+    else:
+        with pytest.raises(CompareInputError, match="probe 'mlp' gives aggregate scores only"):
+            obs.sample_sets()

@@ -125,6 +125,13 @@ def decodability(
         tau_sample=ratio if corrected is not None else None,
         tau=thresholds.get("tau") if score == "r2" else thresholds.get("margin"),
         sample_taus=RATIO_TAUS,
+        no_per_sample=None
+        if errors is not None
+        else (
+            f"probe {probe!r} gives aggregate scores only (one fit per layer, token and "
+            "position over all samples, no per-sample errors); the linear and query probes "
+            "have per-sample sets (--probe linear or --probe query)"
+        ),
         word="decodable",
         provenance=dict(provenance or {}),
     )

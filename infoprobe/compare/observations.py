@@ -73,6 +73,7 @@ class Observations:
     word: how the report says "observed" for this instrument ("decodable", "carried").
     control_of: for a control (e.g. the random-init model), the instrument it controls.
     provenance: where these came from.
+    no_per_sample: why there are no per-sample sets (read them with :meth:`sample_sets`).
     Any array may be None, but at least one of the four must be given.
     """
 
@@ -90,6 +91,16 @@ class Observations:
     word: str = "observed"
     control_of: str | None = None
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    no_per_sample: str | None = None
+    """Why ``per_sample`` is None, when the instrument has no per-sample result."""
+
+    def sample_sets(self) -> np.ndarray:
+        """``per_sample`` bool [L+1, n, T+1, T], or :class:`CompareInputError` naming
+        why this instrument has none (an aggregate-only probe)."""
+        if self.per_sample is None:
+            why = self.no_per_sample or "it was given aggregate observations only"
+            raise CompareInputError(f"{self.instrument}: no per-sample sets: {why}")
+        return self.per_sample
 
     def __post_init__(self) -> None:
         if self.member_when not in ("below", "above"):
