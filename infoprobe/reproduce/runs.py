@@ -118,7 +118,7 @@ def execute_run(spec: RunSpec, state: StateFile | None = None) -> RunOutcome:
             )
         except NonFiniteLossError as err:
             result = err.result
-        return run_outcome(spec, result, time.time() - started, started)
+        return run_outcome(spec, result, result.seconds, started)  # every piece counted
 
 
 def execute_group(specs: Sequence[RunSpec]) -> list[RunOutcome]:
