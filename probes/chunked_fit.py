@@ -57,6 +57,7 @@ __all__ = [
     "ProbeShape",
     "Standardiser",
     "fit_batched",
+    "fit_checked",
     "fit_chunked",
     "held_out_metrics",
     "predict_chunked",
@@ -66,6 +67,8 @@ DEFAULT_MAX_MEMORY_BYTES = 2 * 1024**3
 ModuleFactory = Callable[[range, dict[str, np.ndarray] | None], BatchedProbes]
 """Builds the probes of a range of cells: freshly initialised (``None``) or from
 fitted parameter arrays already sliced to those cells."""
+Evaluator = Callable[[BatchedProbes, torch.Tensor, torch.Tensor], np.ndarray]
+"""A design's own reading of the test split (:attr:`ProbeDesign.evaluate`)."""
 
 
 # --------------------------------------------------------------------------- standardisation
@@ -138,6 +141,10 @@ class ProbeDesign:
     bytes_per_cell: int
     activation_bytes_per_cell: int
     desc: str
+    evaluate: Evaluator | None = None
+    """What the test split keeps of a fitted group: ``None`` for its predictions (in
+    original units), else a function of (module, standardised test states ``[c, n, E]``,
+    standardised test targets ``[n, S, k]``) returning ``[n, c, ...]`` (kept as is)."""
 
 
 @dataclass
@@ -145,7 +152,8 @@ class ChunkedFit:
     """What :func:`fit_chunked` learns, for every cell (numpy, on the CPU).
 
     ``params`` name -> ``[C, ...]``; ``best_val_loss``/``best_epoch``
-    ``[C, ...probe axes]``; ``test_pred [n_test, C, S, k]`` in original units;
+    ``[C, ...probe axes]``; ``test_pred [n_test, C, S, k]`` in original units (or what
+    the design's ``evaluate`` returned, ``[n_test, C, ...]``);
     ``epochs_run``: epochs trained by each group of cells; ``chunk``: cells
     read at a time; ``group``: cells trained together.
     """
@@ -233,8 +241,13 @@ def fit_chunked(
             progress=progress and workers == 1,
             desc=f"{design.desc} cells {cells.start}-{cells.stop - 1}/{n_cells}",
         )
+        if design.evaluate is None:
+            test = predict_standardised(module, x[:, test_idx], eval_batch)
+        else:
+            with torch.no_grad():
+                test = design.evaluate(module, x[:, test_idx], z[d][test_idx])
         return (
-            predict_standardised(module, x[:, test_idx], eval_batch),
+            test,
             module.arrays(),
             record.best_val_loss.cpu().numpy(),
             record.best_epoch.cpu().numpy(),
@@ -274,7 +287,7 @@ def fit_chunked(
                 y_stats=stats,
                 best_val_loss=np.concatenate(best_val),
                 best_epoch=np.concatenate(best_epoch),
-                test_pred=test_z * stats.scale + stats.mean,
+                test_pred=test_z if design.evaluate else test_z * stats.scale + stats.mean,
                 epochs_run=epochs_run,
                 chunk=chunk,
                 group=group,
@@ -388,7 +401,7 @@ class HeldOut:
         }
 
 
-def fit_batched(
+def fit_checked(
     datasets: Sequence[tuple[object, object]],
     splits: tuple[object, object, object],
     make_design: Callable[[ProbeShape], ProbeDesign],
@@ -397,13 +410,14 @@ def fit_batched(
     device: str | torch.device,
     max_memory_bytes: int,
     progress: bool,
-) -> list[HeldOut]:
-    """Check the arrays and the splits, fit every dataset in one pool, score the test split.
+) -> tuple[list[ChunkedFit], list[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Check the arrays and the splits, then fit every dataset in one pool.
 
     ``datasets``: ``(X [n, C, E], Y [n, S, k])`` pairs of identical shapes (X: any array
     with numpy slicing; read chunk by chunk). ``splits``: train, validation and test sample
-    indices (disjoint; test may be empty, the metrics are then NaN). ``make_design`` builds
-    the probe design from the sizes. Returns one :class:`HeldOut` per dataset, in order.
+    indices (disjoint; test may be empty). ``make_design`` builds the probe design from the
+    sizes. Returns (one :class:`ChunkedFit` per dataset, their targets ``Y`` as float32,
+    the checked splits).
     """
     if not isinstance(budget, TrainingBudget):
         raise ProbeInputError(
@@ -432,8 +446,32 @@ def fit_batched(
         max_memory_bytes=max_memory_bytes,
         progress=progress,
     )
+    return engines, [y for _, y in pairs], split
+
+
+def fit_batched(
+    datasets: Sequence[tuple[object, object]],
+    splits: tuple[object, object, object],
+    make_design: Callable[[ProbeShape], ProbeDesign],
+    budget: TrainingBudget,
+    *,
+    device: str | torch.device,
+    max_memory_bytes: int,
+    progress: bool,
+) -> list[HeldOut]:
+    """:func:`fit_checked`, then score the test split's predictions (the metrics are NaN
+    when it is empty). Returns one :class:`HeldOut` per dataset, in order."""
+    engines, ys, split = fit_checked(
+        datasets,
+        splits,
+        make_design,
+        budget,
+        device=device,
+        max_memory_bytes=max_memory_bytes,
+        progress=progress,
+    )
     out = []
-    for engine, (_, y) in zip(engines, pairs, strict=True):
+    for engine, y in zip(engines, ys, strict=True):
         y_test = y[split[2]]
         r2, nmse = held_out_metrics(engine.test_pred, y_test)
         out.append(HeldOut(engine, y_test, split[2], r2, nmse))

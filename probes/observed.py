@@ -9,7 +9,9 @@ makes accessible is still accessible (InfoFlow sets are about access, not learni
 gating on it would remove every token's own position from its set.
 
 Per sample: s ∈ I_obs(i, t, l) iff the per-sample normalised error e_i(l, t, s) < τ_sample
-(e = 1 is "no better than predicting the mean"; see :mod:`infoprobe.probes.metrics`).
+(e = 1 is "no better than predicting the mean"; see :mod:`infoprobe.probes.metrics`). The
+critic probe instead marks the Benjamini–Hochberg rejections of its per-sample p-values at
+the false discovery rate ``q`` (:mod:`infoprobe.probes.critic`).
 
 The defaults below are fixed before any comparison with theory; results files keep the
 continuous scores, so the comparison can sweep τ. Sets have a position axis of length T+1
@@ -24,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from infoprobe.base.fdr import FDR_Q, FDRLevelError, check_fdr_level
+
 from .errors import ProbeError
 
 DEFAULT_TAU = 0.5
@@ -37,6 +41,9 @@ A single sample's error is noisy: a probe that only predicts the mean gives a sa
 x(s) happens to lie near the mean a small error too. For x(s) ~ N(0, I_d) that error is
 χ²_d / d, so a non-member passes τ with probability P(χ²_d < d·τ): 9.5 % for d = 2 and
 1.8 % for d = 4 at τ = 0.1 (39 % and 26 % at τ = 0.5, hence the low default)."""
+DEFAULT_SHARE = 0.5
+"""Aggregate membership for the critic: at least this share of the test samples are in its
+per-sample sets (and the share is ``margin`` above the gating controls')."""
 DEFAULT_GATE = ("shuffled",)
 """Controls whose score gates aggregate membership (``shuffled``, ``random_init``)."""
 GATE_CONTROLS = ("shuffled", "random_init")
@@ -62,8 +69,13 @@ class Thresholds:
     margin: float = DEFAULT_MARGIN
     tau_sample: float = DEFAULT_TAU_SAMPLE
     gate: tuple[str, ...] = field(default=DEFAULT_GATE)
+    q: float = FDR_Q
 
     def __post_init__(self) -> None:
+        try:
+            check_fdr_level(self.q, "Thresholds.q")
+        except FDRLevelError as err:
+            raise ThresholdError(str(err)) from None
         for name, low, low_open in (("tau", 0.0, True), ("margin", 0.0, False),
                                     ("tau_sample", 0.0, True)):  # fmt: skip
             value = getattr(self, name)
@@ -90,7 +102,7 @@ class Thresholds:
         return out
 
 
-def _pad_cls(member: np.ndarray) -> np.ndarray:
+def pad_cls(member: np.ndarray) -> np.ndarray:
     """Append the never-measured CLS column: ``[..., T] -> [..., T+1]``."""
     pad = np.zeros((*member.shape[:-1], 1), dtype=bool)
     return np.concatenate([member.astype(bool), pad], axis=-1)
@@ -113,7 +125,7 @@ def aggregate_observed(
     sel = score - np.asarray(control, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         member = (score >= tau) & (sel >= margin)
-    return _pad_cls(member)
+    return pad_cls(member)
 
 
 def per_sample_observed(errors: np.ndarray, tau_sample: float = DEFAULT_TAU_SAMPLE) -> np.ndarray:
@@ -129,4 +141,4 @@ def per_sample_observed(errors: np.ndarray, tau_sample: float = DEFAULT_TAU_SAMP
     err = np.asarray(errors, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         member = err < tau_sample
-    return _pad_cls(member)
+    return pad_cls(member)

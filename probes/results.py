@@ -10,16 +10,21 @@ attribute naming its axes)::
                             provenance (JSON: the source cache's), control_provenance (JSON)
     /scores/<targets>/<probe>/<control>/<metric>   float64 [layer, token, position|role]
     /per_sample/<targets>/<probe>/<control>/error  float32 [layer, sample, token, position|role]
+    /per_sample/<targets>/<probe>/<control>/<metric>  float32, the same axes (critic: pvi,
+                            p_value)
     /observed/<targets>/aggregate                  bool [layer, token, position (T+1)]
     /observed/<targets>/per_sample                 bool [layer, sample, token, position (T+1)]
     /split/test_index                              int64 [sample]  (rows of the source cache)
     /roles/names                                   str [role]
     /roles/partners                                int64 [sample, role, token] (test samples)
 
-``targets`` is ``positions`` or ``roles``; ``probe`` is ``linear``, ``mlp`` or ``query``;
+``targets`` is ``positions`` or ``roles``; ``probe`` is ``linear``, ``mlp``, ``query`` or
+``critic``;
 ``control`` is ``none`` (the probe itself), ``shuffled``, ``random_init``, ``conditional``
 (role targets: the same probe from h(t, 0)) or ``selectivity`` (score − largest control);
-``metric`` is ``r2``, ``nmse`` or ``identification``. Decodable is not used: a score says
+``metric`` is ``r2``, ``nmse`` or ``identification`` (the critic: ``v_information``, the
+mean pointwise V-information in nats, and ``share``, the share of test samples in its
+per-sample sets). Decodable is not used: a score says
 how well a probe of a fixed budget recovers x(s), not whether the information "is there".
 """
 
@@ -49,17 +54,20 @@ from infoprobe.base.header import (
 from infoprobe.probes.errors import ResultsFileError
 
 FORMAT = "infoprobe.probe-results"
-SCHEMA_VERSION = 3
-"""3: root attributes ``inputs_sha256`` (the source cache's inputs) and
+SCHEMA_VERSION = 4
+"""4: per-sample scores other than errors (``/per_sample/.../<metric>``, the critic's
+``pvi`` and ``p_value``). 3: root attributes ``inputs_sha256`` (the source cache's inputs) and
 ``test_index_sha256`` (the rows of ``/split/test_index``), so a comparison can check what
 the scores were computed on. 2: the common header (``created`` in UTC ``...Z``, root
 ``axes``) and labelled dimensions. Schema 1 and 2 files are still read (without the two
-hashes; a comparison refuses them)."""
+hashes; a comparison refuses them), and schema 3 files."""
 REQUIRED_ATTRS = ("T", "d", "layers", "sites", "settings", "thresholds", "provenance")
 JSON_ATTRS = {"sites": list, "settings": dict, "thresholds": dict, "provenance": dict}
 SCORE_AXES = {"positions": ("layer", "token", "position"), "roles": ("layer", "token", "role")}
 ScoreKey = tuple[str, str, str, str]  # (targets, probe, control, metric)
 SampleKey = tuple[str, str, str]  # (targets, probe, control)
+ERROR = "error"
+"""The leaf name of per-sample errors; other leaves are :attr:`ProbeResults.sample_scores`."""
 
 
 def _header(f: h5py.File) -> None:
@@ -87,6 +95,8 @@ class ProbeResults:
         sites: hook name of each layer.
         scores: (targets, probe, control, metric) → ``[L+1, T+1, S]`` float64.
         per_sample: (targets, probe, control) → normalised errors ``[L+1, n_test, T+1, S]``.
+        sample_scores: (targets, probe, control, metric) → other per-sample scores, the same
+            shape (the critic's ``pvi`` and ``p_value``).
         observed: (targets, "aggregate" | "per_sample") → bool sets with a T+1 position axis.
         test_index: rows of the source cache that form the test split ``[n_test]``.
         role_names: names of the role targets ``[R]``.
@@ -101,6 +111,7 @@ class ProbeResults:
     sites: list[str]
     scores: dict[ScoreKey, np.ndarray] = field(default_factory=dict)
     per_sample: dict[SampleKey, np.ndarray] = field(default_factory=dict)
+    sample_scores: dict[ScoreKey, np.ndarray] = field(default_factory=dict)
     observed: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     test_index: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     role_names: list[str] = field(default_factory=list)
@@ -164,9 +175,9 @@ class ProbeResults:
         for (targets, probe, control, metric), arr in self.scores.items():
             ds = f.create_dataset(f"scores/{targets}/{probe}/{control}/{metric}", data=arr)
             label_axes(ds, list(SCORE_AXES[targets]))
-        for (targets, probe, control), arr in self.per_sample.items():
+        for (targets, probe, control, metric), arr in self._sample_arrays():
             ds = f.create_dataset(
-                f"per_sample/{targets}/{probe}/{control}/error",
+                f"per_sample/{targets}/{probe}/{control}/{metric}",
                 data=arr.astype(np.float32),
                 chunks=True,
             )
@@ -217,9 +228,9 @@ class ProbeResults:
         for (targets, probe, control, metric), arr in self.scores.items():
             want = (n_layer_axis, T + 1, width.get(targets, -1))
             _check_shape(where, f"/scores/{targets}/{probe}/{control}/{metric}", arr, want)
-        for (targets, probe, control), arr in self.per_sample.items():
+        for (targets, probe, control, metric), arr in self._sample_arrays():
             want = (n_layer_axis, n_test, T + 1, width.get(targets, -1))
-            _check_shape(where, f"/per_sample/{targets}/{probe}/{control}/error", arr, want)
+            _check_shape(where, f"/per_sample/{targets}/{probe}/{control}/{metric}", arr, want)
         for (targets, kind), arr in self.observed.items():
             want = (n_layer_axis, T + 1, T + 1)
             if kind == "per_sample":
@@ -228,6 +239,11 @@ class ProbeResults:
         if self.role_partners is not None:
             want = (n_test, len(self.role_names), T + 1)
             _check_shape(where, "/roles/partners", self.role_partners, want)
+
+    def _sample_arrays(self) -> list[tuple[ScoreKey, np.ndarray]]:
+        """Every per-sample array under its (targets, probe, control, metric) key."""
+        errors = [((*key, ERROR), arr) for key, arr in self.per_sample.items()]
+        return errors + list(self.sample_scores.items())
 
     def to_dataframe(self) -> pd.DataFrame:
         """Tidy table of every aggregate score.
@@ -345,10 +361,18 @@ def _read_fields(f: h5py.File, p: Path) -> ProbeResults:
     )
     _walk(f["scores"], 4, lambda key, ds: res.scores.__setitem__(key, ds[()]))
     if "per_sample" in f:
-        _walk(f["per_sample"], 4, lambda key, ds: res.per_sample.__setitem__(key[:3], ds[()]))
+        _walk(f["per_sample"], 4, lambda key, ds: _put_sample(res, key, ds[()]))
     if "observed" in f:
         _walk(f["observed"], 2, lambda key, ds: res.observed.__setitem__(key, ds[()]))
     return res
+
+
+def _put_sample(res: ProbeResults, key: tuple[str, ...], values: np.ndarray) -> None:
+    """File leaf ``key`` (targets, probe, control, metric) into errors or other scores."""
+    if key[3] == ERROR:
+        res.per_sample[key[:3]] = values
+    else:
+        res.sample_scores[key] = values
 
 
 def _check_shape(where: Any, name: str, arr: np.ndarray, want: tuple[int, ...]) -> None:

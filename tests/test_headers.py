@@ -247,7 +247,7 @@ def test_newer_schemas_are_refused_naming_file_field_and_values(run_dir, tmp_pat
             message = str(info.value)
             assert str(tmp_path) in message and "schema_version" in message, message
             assert str(bad) in message, message
-            newest = "3" if read is readers[-1][1] else "2"  # probes.h5 is at schema 3
+            newest = "4" if read is readers[-1][1] else "2"  # probes.h5 is at schema 4
             assert newest in message.replace("99", ""), message  # the version this reads
     ckpt = tmp_path / "ckpt"
     shutil.copytree(out / "checkpoint", ckpt)

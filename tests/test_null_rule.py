@@ -146,7 +146,7 @@ def test_null_rule_summary_counts(handset_flow):
 
 def test_q_outside_the_unit_interval_is_refused():
     for q in (0.0, 1.0, -0.1):
-        with pytest.raises(Exception, match="q must lie"):
+        with pytest.raises(Exception, match=r"false discovery rate in \(0, 1\)"):
             benjamini_hochberg(np.array([0.1]), q)
 
 

@@ -86,9 +86,14 @@ def test_relative_imports_are_resolved(tmp_path):
     }
 
 
-BASE = {"infoprobe.base.atomic", "infoprobe.base.errors", "infoprobe.base.header"}
+BASE = {
+    "infoprobe.base.atomic",
+    "infoprobe.base.errors",
+    "infoprobe.base.fdr",
+    "infoprobe.base.header",
+}
 """The base the pillars may import: temporary names and output locks (atomic), the user-
-error base (errors), the file header (header)."""
+error base (errors), the false discovery rate (fdr), the file header (header)."""
 
 
 @pytest.mark.parametrize("pillar", PILLARS)

@@ -11,6 +11,7 @@ from infoprobe.compare.files import write_comparisons
 from infoprobe.compare.null import NULL_Q
 from infoprobe.compare.scopes import CAVEAT
 from infoprobe.compare.sources import Compared, Sources, compare_sources, load_sources
+from infoprobe.pipeline.probe_settings import PROBES
 
 DESCRIPTION = """\
 Compare InfoFlow's predicted information sets I_pred(t, l) with the sets two instruments
@@ -82,7 +83,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--probe",
-        choices=("linear", "mlp", "query"),
+        choices=PROBES,
         default=None,
         help="whose scores to compare (default: the probe the results were run with)",
     )

@@ -41,6 +41,12 @@ THRESHOLD_FIELDS = {
     "tau": CliField(convert=finite_float, help="R² threshold of the observed sets"),
     "margin": CliField(convert=finite_float, help="selectivity threshold (R² above the controls)"),
     "tau_sample": CliField(convert=finite_float, help="per-sample error threshold"),
+    "q": CliField(
+        convert=finite_float,
+        flags=("--fdr",),
+        metavar="Q",
+        help="false discovery rate of the critic's per-sample sets (Benjamini-Hochberg)",
+    ),
 }
 """Thresholds' fields (their docs are the class's prose, not an Args: section; their
 ranges are checked by Thresholds itself, with its own message)."""
@@ -53,7 +59,7 @@ BUDGET_FIELDS = {
         metavar="B",
         help="MLP/query probe minibatch (samples per optimiser step)",
     ),
-    "lr": CliField(help="MLP/query probe learning rate"),
+    "lr": CliField(help="MLP/query/critic probe learning rate (the critic's default: 1e-2)"),
 }
 """TrainingBudget's fields that are options (``--probe-batch``: not the cache's batch)."""
 
@@ -70,6 +76,12 @@ held-out test split, beside the same probe on shuffled (state, target) pairs and
 R² - shuffled control >= --margin; the file keeps the continuous scores so thresholds can be swept.
 Role targets decode x at the key each head attends to most (rank 1) and second most
 (rank 2), beside the same probe from h(t, 0) (the conditional baseline).
+The critic (--probe critic) asks instead whether h(t, l) holds x(s), wherever it came
+from: a mixture density of x(s) given the state scores each test sample's own x(s) against
+the x(s) of other samples (pointwise V-information, nats), and a rank p-value per sample
+gives per-sample sets at false discovery rate --fdr (it needs 10/q test samples: 200 at
+the default 0.05). It sees what a head copies by content, which fixed-position probes
+cannot follow.
 A high score means a probe of this budget recovers x(s); "decodable" is not used.
 The cache needs the layer sites (--sites residual); role targets also need
 blocks.{b}.attn.hook_pattern (--sites residual,attention).
@@ -80,7 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "probe",
         help="probe which input positions each token's state encodes, per layer",
-        description="Fit linear (ridge), MLP or query-conditioned probes from every token's "
+        description="Fit linear (ridge), MLP, query-conditioned or critic probes from every "
+        "token's "
         "state at every layer to every input position, with controls, and write an HDF5 "
         "results file (scores [layer, token, position], observed sets, provenance).",
         epilog=EXAMPLES,
@@ -112,7 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_thresholds(group: argparse._ArgumentGroup) -> None:
     add_settings_arguments(
-        group, Thresholds, only=("tau", "margin", "tau_sample"), extra=THRESHOLD_FIELDS
+        group, Thresholds, only=("tau", "margin", "tau_sample", "q"), extra=THRESHOLD_FIELDS
     )
 
 
@@ -172,10 +185,11 @@ def run(args: argparse.Namespace) -> int:
         + ("" if args.control else "  (no --control: random-init baseline not reported)")
     )
     for row in layer_summary(results):
-        line = f"layer {row['layer']} ({row['site']}): mean R² {row['mean_r2']:.3f}"
+        line = f"layer {row['layer']} ({row['site']}): mean {row['score_name']} "
+        line += f"{row['mean_r2']:.3f}"
         if "cls_observed" in row:
             line += (
-                f", positions passing τ: CLS {row['cls_observed']}, "
+                f", positions observed: CLS {row['cls_observed']}, "
                 f"typical token {row['token_observed_median']:g}"
             )
         print(line)

@@ -28,6 +28,7 @@ import numpy as np
 from infoprobe.base.errors import UserError
 from infoprobe.compare.observations import Observations
 from infoprobe.influence.sets import AGGREGATE_SHARE_LEVEL
+from infoprobe.probes.observed import DEFAULT_SHARE
 
 ScoreKind = Literal["r2", "selectivity"]
 TARGETS = "positions"
@@ -84,6 +85,48 @@ def _pick_probe(results: Any, probe: str | None) -> str:
     return chosen
 
 
+CRITIC_SAMPLE_TAUS = np.geomspace(1e-2, 30.0, 25)
+"""τ grid (nats) of the per-sample sweep of the critic's pointwise V-information."""
+CRITIC_NULL = "mismatched pairs: rank of the sample's own x(s) among other samples' x(s)"
+
+
+def critic_decodability(
+    results: Any, *, score: ScoreKind = "r2", provenance: dict[str, Any] | None = None
+) -> Observations:
+    """The critic's results (:mod:`infoprobe.probes.critic`) as observations: per sample its
+    Benjamini–Hochberg sets, its pointwise V-information (members above) and its rank
+    p-values; aggregate the share of samples in the sets ("r2") or that share minus the
+    largest control's ("selectivity")."""
+    control = "none" if score == "r2" else "selectivity"
+    key = (TARGETS, "critic", control, "share")
+    sample = (TARGETS, "critic", "none")
+    missing = [k for k in (key, (*sample, "pvi"), (*sample, "p_value"))
+               if k not in results.scores and k not in results.sample_scores]  # fmt: skip
+    if missing:
+        raise InstrumentError(
+            f"critic results lack {missing}; re-run `infoprobe probe --probe critic`"
+        )
+    thresholds = results.thresholds or {}
+    return Observations(
+        instrument="decodability",
+        per_sample=results.observed.get((TARGETS, "per_sample")),
+        sample_score=np.asarray(results.sample_scores[(*sample, "pvi")], dtype=np.float64),
+        aggregate=results.observed.get((TARGETS, "aggregate")),
+        score=np.asarray(results.scores[key], dtype=np.float64),
+        member_when="above",
+        sample_score_name="pointwise V-information (nats, critic)",
+        score_name="share of samples in the critic's sets"
+        + ("" if score == "r2" else " − control"),
+        tau_sample=None,
+        tau=DEFAULT_SHARE if score == "r2" else thresholds.get("margin"),
+        sample_taus=CRITIC_SAMPLE_TAUS,
+        word="decodable",
+        provenance=dict(provenance or {}),
+        null_p=np.asarray(results.sample_scores[(*sample, "p_value")], dtype=np.float64),
+        null_name=CRITIC_NULL,
+    )
+
+
 def decodability(
     results: Any,
     x_test: np.ndarray,
@@ -96,11 +139,14 @@ def decodability(
     """Probe results (:class:`~infoprobe.probes.results.ProbeResults`) as observations.
 
     x_test: the inputs of the results' test samples ``[n_test, T, d]``, in ``test_index``
-    order. probe: "linear", "mlp" or "query" (default: the one the results were run with).
+    order. probe: "linear", "mlp", "query" or "critic" (default: the one the results were
+    run with; the critic: :func:`critic_decodability`, which needs no inputs).
     score: aggregate score, test R² ("r2") or R² minus the largest control ("selectivity").
     ratio: per-sample membership threshold on the corrected error (see the module doc).
     """
     probe = _pick_probe(results, probe)
+    if probe == "critic":
+        return critic_decodability(results, score=score, provenance=provenance)
     control = "none" if score == "r2" else "selectivity"
     key = (TARGETS, probe, control, "r2")
     if key not in results.scores:
@@ -130,7 +176,7 @@ def decodability(
         else (
             f"probe {probe!r} gives aggregate scores only (one fit per layer, token and "
             "position over all samples, no per-sample errors); the linear and query probes "
-            "have per-sample sets (--probe linear or --probe query)"
+            "have per-sample sets (--probe linear, query or critic)"
         ),
         word="decodable",
         provenance=dict(provenance or {}),
@@ -198,4 +244,5 @@ def take_samples(obs: Observations, index: np.ndarray) -> Observations:
         obs,
         per_sample=None if obs.per_sample is None else obs.per_sample[:, index],
         sample_score=None if obs.sample_score is None else obs.sample_score[:, index],
+        null_p=None if obs.null_p is None else obs.null_p[:, index],
     )

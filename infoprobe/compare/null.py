@@ -42,35 +42,16 @@ import numpy as np
 from scipy import stats
 
 from infoprobe.base.errors import CompareInputError
+from infoprobe.base.fdr import FDR_Q, benjamini_hochberg
 from infoprobe.compare.core import aggregate_membership
 from infoprobe.compare.observations import Observations, scope_masks
 
-NULL_Q = 0.05
+NULL_Q = FDR_Q
 """False discovery rate of the null rule (Benjamini–Hochberg over the whole grid), fixed
 before any comparison."""
 
 FLOW_NULL = "random-init control, one-sided Mann–Whitney over samples (trained > control)"
 DECODABILITY_NULL = "own-sample mean predictor, one-sided sign test of r < 1 over samples"
-
-
-def benjamini_hochberg(p: np.ndarray, q: float = NULL_Q) -> np.ndarray:
-    """Benjamini–Hochberg at level ``q`` over every entry of ``p`` (any shape): bool, the
-    same shape, True where rejected (the k smallest p-values, k the largest rank with
-    p_(k) ≤ q·k/m)."""
-    if not 0 < q < 1:
-        raise CompareInputError(f"null rule: q must lie in (0, 1), got {q}")
-    p = np.asarray(p, dtype=np.float64)
-    flat = p.ravel()
-    m = flat.size
-    if m == 0:
-        return np.zeros(p.shape, dtype=bool)
-    order = np.argsort(flat, kind="stable")
-    below = flat[order] <= q * np.arange(1, m + 1) / m
-    keep = np.zeros(m, dtype=bool)
-    if below.any():
-        k = int(np.flatnonzero(below)[-1]) + 1
-        keep[order[:k]] = True
-    return keep.reshape(p.shape)
 
 
 def mann_whitney_greater(trained: np.ndarray, control: np.ndarray) -> np.ndarray:
@@ -155,6 +136,18 @@ def decodability_null(obs: Observations, q: float = NULL_Q) -> NullSets:
     return NullSets(obs.instrument, DECODABILITY_NULL, q, p, benjamini_hochberg(p, q))
 
 
+def own_null(obs: Observations, q: float = NULL_Q) -> NullSets:
+    """The null rule of an instrument with per-sample p-values of its own (the critic's
+    rank test against mismatched pairs): per sample their Benjamini–Hochberg rejections;
+    per cell a one-sided sign test of p < 1/2 over the samples (under the null P(p < 1/2)
+    ≤ 1/2; the samples share mismatched partners, so the binomial is an approximation)."""
+    assert obs.null_p is not None
+    p = sign_test_below(obs.null_p, 0.5)
+    per_sample = benjamini_hochberg(obs.null_p, q)
+    null = f"{obs.null_name}; per cell a sign test of p < 1/2 over samples"
+    return NullSets(obs.instrument, null, q, p, benjamini_hochberg(p, q), per_sample)
+
+
 def null_sets(instruments: Mapping[str, Observations], q: float = NULL_Q) -> dict[str, NullSets]:
     """The null rule of every instrument it is defined for: a flow instrument with its
     random-init control among ``instruments``, decodability with per-sample ratios."""
@@ -163,7 +156,9 @@ def null_sets(instruments: Mapping[str, Observations], q: float = NULL_Q) -> dic
         if obs.control_of is not None or obs.sample_score is None:
             continue
         control = next((o for o in instruments.values() if o.control_of == name), None)
-        if obs.member_when == "above" and control is not None:
+        if obs.null_p is not None:
+            found[name] = own_null(obs, q)
+        elif obs.member_when == "above" and control is not None:
             if control.sample_score is not None:
                 found[name] = flow_null(obs, control, q)
         elif name == "decodability":

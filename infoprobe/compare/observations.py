@@ -93,6 +93,11 @@ class Observations:
     provenance: Mapping[str, Any] = field(default_factory=dict)
     no_per_sample: str | None = None
     """Why ``per_sample`` is None, when the instrument has no per-sample result."""
+    null_p: np.ndarray | None = None
+    """Per-sample p-values of the instrument's own null, float [L+1, n, T+1, T] (the
+    critic's rank test against mismatched pairs), or None."""
+    null_name: str | None = None
+    """What ``null_p`` tests against (text)."""
 
     def sample_sets(self) -> np.ndarray:
         """``per_sample`` bool [L+1, n, T+1, T], or :class:`CompareInputError` naming
@@ -112,6 +117,7 @@ class Observations:
             "sample_score": ("float", 4),
             "aggregate": ("bool", 3),
             "score": ("float", 3),
+            "null_p": ("float", 4),
         }
         shapes: dict[str, tuple[int, ...]] = {}
         for name, (kind, ndim) in specs.items():

@@ -13,32 +13,41 @@ Cells are (layer, token) pairs flattened as ``c = l·(T+1) + t``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
 import einops
 import numpy as np
 
-from infoprobe.base.header import MODEL_IDENTITY
-from infoprobe.hooks import CacheFile, layer_sites, open_cache
 from infoprobe.infoflow.store import inputs_hash
+from infoprobe.pipeline.probe_inputs import (
+    LayerSource,
+    cache_roles,
+    cached_role_partners,
+    check_control,
+    open_layers,
+)
 from infoprobe.pipeline.probe_settings import ProbeSettings
 from infoprobe.probes.controls import (
-    check_control_compatible,
     conditional_baseline,
     control_level,
     shuffled_pairing,
 )
-from infoprobe.probes.errors import ControlMismatchError, MissingSiteError, ProbeInputError
+from infoprobe.probes.critic import fit_critic_probe_sets
+from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.linear import LinearProbeScores, ProbeTargets, fit_linear_probes
 from infoprobe.probes.metrics import identification_hits
 from infoprobe.probes.mlp import MLPProbeFit, fit_mlp_probe_sets
-from infoprobe.probes.observed import aggregate_observed, per_sample_observed
+from infoprobe.probes.observed import (
+    DEFAULT_SHARE,
+    aggregate_observed,
+    pad_cls,
+    per_sample_observed,
+)
 from infoprobe.probes.query import QueryProbeFit, fit_query_probe_sets
 from infoprobe.probes.results import ProbeResults
 from infoprobe.probes.split import TEST, TRAIN, VAL
-from infoprobe.probes.targets import AttentionRole, gather_partner_inputs, role_partners
+from infoprobe.probes.targets import AttentionRole, gather_partner_inputs
 from infoprobe.probes.validate import check_finite
 
 
@@ -60,121 +69,8 @@ class Metric(StrEnum):
     NMSE = "nmse"
     IDENTIFICATION = "identification"
     ALPHA = "alpha"
-
-
-@dataclass
-class _Source:
-    """The layer sites of one open cache, streamed as cells ``[b, (L+1)(T+1), E]``."""
-
-    cache: CacheFile
-    sites: list[str]
-    block_size: int | None
-
-    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
-        start = 0
-        size = self.block_size or self.cache.default_block_size(self.sites)
-        for block in self.cache.iter_blocks(self.sites, size, include_inputs=False):
-            for site in self.sites:  # name the dataset and its index, not the stack's
-                check_finite(block[site], f"{self.cache.path}:/acts/{site}", offset=start)
-            states = np.stack([block[s] for s in self.sites], axis=1)  # [b, l, t, e]
-            yield start, einops.rearrange(states, "b l t e -> b (l t) e")
-            start += states.shape[0]
-
-    def load(self) -> np.ndarray:
-        """All states in memory ``[n, C, E]`` (MLP / query probes)."""
-        return np.concatenate([states for _, states in self.blocks()])
-
-    @property
-    def name(self) -> str:
-        return f"{self.cache.path}:{','.join(self.sites)}"
-
-
-def _open_layers(path: str | os.PathLike[str]) -> tuple[CacheFile, list[str]]:
-    cache = open_cache(path)
-    sites = layer_sites(cache.n_blocks)
-    missing = [s for s in sites if s not in cache.hook_names]
-    if missing:
-        cache.close()
-        raise MissingSiteError(
-            f"{path}: hook site(s) {missing} expected (the layer sites of a "
-            f"{len(sites) - 1}-block model), not present; the cache holds {cache.hook_names}. "
-            "Re-run `infoprobe cache` with --sites residual (or layers)"
-        )
-    expected = (cache.n, cache.x.shape[1] + 1, cache.acts(sites[0]).shape[-1])
-    for site in sites:  # every layer the same [sample, token, d_model], named when not
-        shape = tuple(cache.acts(site).shape)
-        if shape != expected:
-            cache.close()
-            raise ProbeInputError(
-                f"{path}: dataset /acts/{site} has shape {list(shape)}, expected "
-                f"{list(expected)} [sample, token, d_model] (N samples, T+1 tokens, the "
-                f"width of /acts/{sites[0]}); the cache is damaged: re-run `infoprobe cache`"
-            )
-    return cache, sites
-
-
-def _check_control(main: CacheFile, control: CacheFile, x: np.ndarray) -> None:
-    seed = control.provenance.get("random_init_seed")
-    if seed is None:
-        raise ControlMismatchError(
-            f"{control.path}: provenance field 'random_init_seed' expected a seed (a "
-            "random-init control: `infoprobe cache CHECKPOINT --random-init SEED`), got None: "
-            "it caches trained weights, which cannot serve as the untrained control"
-        )
-    for key in MODEL_IDENTITY:  # the weights it controls, and the code that ran them
-        want, got = main.provenance.get(key), control.provenance.get(key)
-        if want and got != want:
-            raise ControlMismatchError(
-                f"{control.path}: provenance field {key!r} expected {want} (the model of "
-                f"{main.path}), got {got}: the control of another model"
-            )
-    check_control_compatible(
-        main.model_config,
-        control.model_config,
-        main.spec,
-        control.spec,
-        str(main.path),
-        str(control.path),
-    )
-    if control.n != main.n or not np.array_equal(np.asarray(control.x[()]), x):
-        raise ControlMismatchError(
-            f"{control.path}: dataset /inputs/x expected equal to that of {main.path} "
-            "(a control must be computed on the same samples), got different inputs"
-        )
-
-
-def _roles(cache: CacheFile) -> list[AttentionRole]:
-    """Rank-1 roles of every head of every block whose pattern is in the cache."""
-    heads = cache.model_config.get("heads")
-    if heads is None:
-        raise ProbeInputError(f"{cache.path}: model config field 'heads' expected, not found")
-    cached = [b for b in range(len(heads)) if f"blocks.{b}.attn.hook_pattern" in cache.hook_names]
-    if not cached:
-        raise MissingSiteError(
-            f"{cache.path}: role targets need at least one blocks.{{b}}.attn.hook_pattern, "
-            f"none present; the cache holds {cache.hook_names}. "
-            "Cache with --sites residual,attention"
-        )
-    return [AttentionRole(b, j, 1) for b in cached for j in range(heads[b])]
-
-
-def _role_partners(
-    cache: CacheFile, roles: list[AttentionRole], block_size: int | None
-) -> np.ndarray:
-    """Partner indices ``[n, R, T+1]`` read block by block from the cached patterns."""
-    pattern_sites = sorted({f"blocks.{r.block}.attn.hook_pattern" for r in roles})
-    missing = [s for s in pattern_sites if s not in cache.hook_names]
-    if missing:
-        raise MissingSiteError(
-            f"{cache.path}: hook site(s) {missing} expected for role targets, not present; "
-            f"the cache holds {cache.hook_names}. Cache with --sites residual,attention"
-        )
-    size = block_size or cache.default_block_size(pattern_sites)
-    out = []
-    for block in cache.iter_blocks(pattern_sites, size, include_inputs=False):
-        patterns = {int(s.split(".")[1]): block[s] for s in pattern_sites}
-        out.append(role_partners(patterns, roles))
-    return np.concatenate(out)
+    V_INFORMATION = "v_information"
+    SHARE = "share"
 
 
 def _cells(arr: np.ndarray, n_layer_axis: int) -> np.ndarray:
@@ -212,7 +108,7 @@ def probe_cache(
         ``[L+1, n_test, T+1, S]``, observed sets with a T+1 position axis).
     """
     settings = settings or ProbeSettings()
-    cache, sites = _open_layers(cache_path)
+    cache, sites = open_layers(cache_path)
     control = None
     try:
         x = np.asarray(cache.x[()])
@@ -221,9 +117,9 @@ def probe_cache(
         split = settings.split(n)
         ctrl_source = None
         if control_path is not None:
-            control, ctrl_sites = _open_layers(control_path)
-            _check_control(cache, control, x)
-            ctrl_source = _Source(control, ctrl_sites, settings.block_size)
+            control, ctrl_sites = open_layers(control_path)
+            check_control(cache, control, x)
+            ctrl_source = LayerSource(control, ctrl_sites, settings.block_size)
         results = ProbeResults(
             T=T,
             d=d,
@@ -238,7 +134,7 @@ def probe_cache(
         )
         run = _ProbeRun(
             results,
-            _Source(cache, sites, settings.block_size),
+            LayerSource(cache, sites, settings.block_size),
             ctrl_source,
             x,
             split,
@@ -249,6 +145,8 @@ def probe_cache(
             run.probe_roles(partners)
         elif settings.probe == "linear":
             run.probe_positions_linear()
+        elif settings.probe == "critic":
+            run.probe_positions_critic()
         else:
             run.probe_positions_batched()
         return results
@@ -265,8 +163,8 @@ class _ProbeRun:
     settings. Scores are stored under ``(targets, probe, control, metric)``."""
 
     results: ProbeResults
-    main: _Source
-    control: _Source | None
+    main: LayerSource
+    control: LayerSource | None
     x: np.ndarray
     split: np.ndarray
     settings: ProbeSettings
@@ -357,10 +255,10 @@ class _ProbeRun:
         the conditional baseline."""
         res, x, T = self.results, self.x, self.results.T
         cache = self.main.cache
-        base = _roles(cache)
+        base = cache_roles(cache)
         roles = [AttentionRole(r.block, r.head, k) for k in self.settings.ranks for r in base]
         names = [r.name for r in roles]
-        idx = _role_partners(cache, roles, self.settings.block_size)  # [n, R, T+1]
+        idx = cached_role_partners(cache, roles, self.settings.block_size)  # [n, R, T+1]
         for name, extra in (partners or {}).items():
             arr = np.asarray(extra)
             if arr.shape != (x.shape[0], T + 1):
@@ -410,16 +308,64 @@ class _ProbeRun:
 
     # ------------------------------------------------------------------ MLP / query probes
 
+    def batched_datasets(self) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[Control]]:
+        """The probe's data, the random-init control's (if any) and the shuffled pairing's:
+        ``(states [n, C, E], x [n, T, d])`` each, and which control each one is."""
+        states = self.main.load()
+        datasets = [(states, self.x)]  # the probe, then the longer fits first: the pool is FIFO
+        controls = [Control.NONE]
+        if self.control is not None:
+            datasets.append((self.control.load(), self.x))
+            controls.append(Control.RANDOM_INIT)
+        shuffled = self.x[shuffled_pairing(self.split, self.settings.shuffle_seed)]
+        datasets.append((states, shuffled))
+        controls.append(Control.SHUFFLED)
+        return datasets, controls
+
+    def probe_positions_critic(self) -> None:
+        """Whether each state holds x(s) of every data position, by the critic, beside the
+        random-init and shuffled controls, all fits trained in one pass: V-information and
+        the share of test samples in the per-sample sets per cell, each sample's PVI and
+        p-value, and the sets (per sample: Benjamini–Hochberg at ``q``; aggregate: a share
+        of at least :data:`DEFAULT_SHARE` and ``margin`` above the gating controls')."""
+        idx = [np.flatnonzero(self.split == s) for s in (TRAIN, VAL, TEST)]
+        datasets, controls = self.batched_datasets()
+        th = self.settings.thresholds
+        fits = fit_critic_probe_sets(
+            datasets,
+            *idx,
+            hidden=self.settings.mlp_hidden,
+            q=th.q,
+            budget=self.settings.budget,
+            device=self.settings.device,
+            progress=self.progress,
+        )
+        shares = {}
+        for control, fit in zip(controls, fits, strict=True):
+            self.put_cells(control, Metric.V_INFORMATION, fit.v_information)
+            shares[control] = _per_sample(fit.members(th.q), self.n_layer_axis).mean(axis=1)
+            self.put(control, Metric.SHARE, shares[control])
+        main = fits[0]
+        key = (self.targets, self.settings.probe, Control.NONE.value)
+        self.results.sample_scores[(*key, "pvi")] = _per_sample(main.pvi, self.n_layer_axis)
+        p_value = _per_sample(main.p_value, self.n_layer_axis)
+        self.results.sample_scores[(*key, "p_value")] = p_value
+        present = [shares[c] for c in (Control.SHUFFLED, Control.RANDOM_INIT) if c in shares]
+        self.put(Control.SELECTIVITY, Metric.SHARE, shares[Control.NONE] - control_level(*present))
+        gating = [shares[Control(c)] for c in th.gate if Control(c) in shares]
+        level = control_level(*gating) if gating else np.zeros_like(shares[Control.NONE])
+        self.results.observed[("positions", "aggregate")] = aggregate_observed(
+            shares[Control.NONE], level, DEFAULT_SHARE, th.margin
+        )
+        member = _per_sample(main.members(th.q), self.n_layer_axis)
+        self.results.observed[("positions", "per_sample")] = pad_cls(member)
+
     def probe_positions_batched(self) -> None:
         """x(s) of every data position by MLP or query probes, beside the shuffled and
         random-init controls, all three fits trained in one pass (one worker pool)."""
         x, split = self.x, self.split
         idx = [np.flatnonzero(split == s) for s in (TRAIN, VAL, TEST)]
-        states = self.main.load()
-        datasets = [(states, x)]  # the probe, then the longer fits first: the pool is FIFO
-        if self.control is not None:
-            datasets.append((self.control.load(), x))
-        datasets.append((states, x[shuffled_pairing(split, self.settings.shuffle_seed)]))
+        datasets, _ = self.batched_datasets()
         fits = self.fit_batched(datasets, idx)
         fit, shuffled = fits[0], fits[-1]
         self.put_cells(Control.NONE, Metric.R2, fit.r2)

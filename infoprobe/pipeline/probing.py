@@ -68,19 +68,22 @@ def run_probe(
 
 
 def layer_summary(results: ProbeResults) -> list[dict[str, Any]]:
-    """Per layer: mean R², and how many positions pass τ for CLS and for a typical token.
+    """Per layer: the mean score (``score_name``: R², or the critic's V-information in
+    nats), and how many positions are observed for CLS and for a typical token.
 
     The typical token is the median over data tokens of the count of observed positions.
     """
     probe = results.settings.get("probe", "linear")
     targets = results.settings.get("targets", "positions")
-    r2 = results.score("r2", targets, probe)
+    metric = "v_information" if probe == "critic" else "r2"
+    r2 = results.score(metric, targets, probe)
     observed = results.observed.get((targets, "aggregate"))
     rows = []
     for layer in results.layers:
         row: dict[str, Any] = {
             "layer": layer,
             "site": results.sites[layer],
+            "score_name": "V-information (nats)" if probe == "critic" else "R²",
             "mean_r2": float(np.nanmean(r2[layer])),
         }
         if observed is not None:

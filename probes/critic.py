@@ -1,0 +1,422 @@
+"""Critic probe: does h(t, l) hold information about this x(s), whichever position it came from?
+
+A fixed-position probe asks "what is x(s)?" of a state and must know where the answer came
+from; a head that selects a key by content copies that key's x into the reader with no tag
+of its position, so no such probe can follow it. The critic asks the other question: given
+the state h and a candidate value x, how much more likely is x under what h holds than
+under no state at all? Per cell c (one state, e.g. h(t, l)) it fits a conditional density
+of x(s) for every queried position s, a mixture of
+
+- **background**: the null model q0(x | s), the same density family with no state (a
+  mixture of :data:`NULL_COMPONENTS` diagonal Gaussians per position, fitted alongside);
+- **positional**: N(x; μ(h, s), σ(h, s)² I), read from the query probe's hidden layer
+  GELU(W h + q(s) + b) (what a fixed-position probe can see);
+- **content**: :data:`CONTENT_COMPONENTS` Gaussians N(x; m_k(h), diag σ_k(h)²) whose means
+  and scales depend on the state alone, the same for every queried s: a copy of a token's
+  content, wherever it came from;
+
+with mixing weights π(h, s) from the same hidden layer::
+
+    q_c(x | h, s) = π_0 q0(x | s) + π_1 N(x; μ(h, s), σ(h, s)²) + Σ_k π_{k+1} N(x; m_k(h), σ_k(h)²)
+
+trained by maximum likelihood (no negatives), every cell at once, with the budget, early
+stopping and seeding of :mod:`infoprobe.probes.batched_training` on the summed negative log
+likelihood of the mixture and of the null (the null's own, not through the mixture).
+
+**Pointwise V-information** of test sample i (nats; Xu et al. 2020, Ethayarajh et al.
+2022)::
+
+    PVI_i(c, s) = log q_c(x_i(s) | h_i, s) − log q0(x_i(s) | s)
+
+Its mean over the test samples estimates the V-information I_V(h_c → x(s)).
+
+**Membership against mismatched pairs.** The same score of the same state against the
+x(s) of M other test samples (j = i+1, …, i+M modulo n_test, in test order) gives the
+rank p-value::
+
+    p_i(c, s) = (1 + #{j : PVI(h_i, x_j(s)) ≥ PVI(h_i, x_i(s))}) / (M + 1)
+
+When x_i(s) is independent of h_i the matched and the M mismatched values are exchangeable
+(the samples are i.i.d. and the critic saw none of them), so P(p ≤ α) ≤ α whatever the
+critic learned: an exact per-sample test. Per-sample sets are the Benjamini–Hochberg
+rejections at level q over the whole grid (:func:`infoprobe.base.fdr.benjamini_hochberg`).
+Everything is computed on standardised values; the Jacobian of the standardisation is the
+same for both terms of PVI and cancels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from infoprobe.base.fdr import FDR_Q, benjamini_hochberg, check_fdr_level
+from infoprobe.probes.batched_training import BatchedProbes, TrainingBudget, init_params
+from infoprobe.probes.chunked_fit import (
+    DEFAULT_MAX_MEMORY_BYTES,
+    ChunkedFit,
+    ModuleFactory,
+    ProbeDesign,
+    ProbeShape,
+    fit_checked,
+)
+from infoprobe.probes.errors import SplitTooSmallError
+from infoprobe.probes.validate import ArrayLike, check_positive_int
+
+__all__ = [
+    "CONTENT_COMPONENTS",
+    "MAX_NEGATIVES",
+    "NULL_COMPONENTS",
+    "BatchedCritic",
+    "CriticFit",
+    "critic_members",
+    "fit_critic_probe",
+    "fit_critic_probe_sets",
+    "min_test_samples",
+]
+
+CONTENT_COMPONENTS = 2
+"""Content components of the mixture: values a state may hold with no tag of their position
+(a retrieving head's copy); fixed, so every cell gets the same density family."""
+NULL_COMPONENTS = 4
+"""Diagonal Gaussians of the null model q0(x | s) per position."""
+MAX_NEGATIVES = 255
+"""Mismatched x(s) each test sample is ranked against (fewer when the test split is smaller:
+every other test sample); the smallest p-value is 1/(M+1)."""
+LOG_SCALE_FLOOR = -5.0
+"""log σ of every component is at least this (σ ≥ 0.0067 standard deviations of x(s)), so
+an exact copy gives a large but finite density."""
+EVAL_FLOATS = 1 << 22
+"""Floats of one evaluation block (samples × candidates × positions × components × cells)."""
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+def min_test_samples(q: float) -> int:
+    """The fewest test samples the rank null needs at level ``q``: ⌈10 / q⌉.
+
+    A member passes Benjamini–Hochberg only if its p-value, at least 1/(M+1), is at most
+    q·k/m (k of the m cells marked); with M + 1 ≥ 10 / q mismatched pairs a member passes
+    whenever a tenth of the cells or more are members.
+    """
+    return math.ceil(10.0 / check_fdr_level(q))
+
+
+def _log_scale(raw: torch.Tensor) -> torch.Tensor:
+    """Unconstrained outputs -> log σ ≥ :data:`LOG_SCALE_FLOOR` (≈ raw above 0)."""
+    return LOG_SCALE_FLOOR + nn.functional.softplus(raw - LOG_SCALE_FLOOR)
+
+
+def _log_normal(y: torch.Tensor, mean: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
+    """Diagonal Gaussian log-density summed over the last axis (broadcasting)."""
+    z = (y - mean) * torch.exp(-log_scale)
+    return -0.5 * (z.square() + LOG_2PI).sum(-1) - log_scale.sum(-1)
+
+
+class BatchedCritic(BatchedProbes):
+    """C critics, one per cell: the mixture density of the module docstring.
+
+    Parameters (leading axis = cell, ``nn.Linear`` orientation), for S positions, k
+    coordinates, hidden width h, K = :data:`CONTENT_COMPONENTS`, K0 =
+    :data:`NULL_COMPONENTS`: mixing and positional head ``w_in [c, h, E]``,
+    ``b_in [c, h]``, ``w_query [c, S, h]``, ``w_out [c, K+2+k+1, h]``, ``b_out``;
+    content head ``w_state [c, h, E]``, ``b_state [c, h]``, ``w_content [c, 2·K·k, h]``,
+    ``b_content``; null ``null_mean [c, S, K0, k]``, ``null_log_scale [c, S, K0, k]``,
+    ``null_logit [c, S, K0]``.
+    """
+
+    def __init__(
+        self,
+        cells: range,
+        n_positions: int,
+        d_in: int,
+        hidden: int,
+        d_out: int,
+        *,
+        seed: int = 0,
+        arrays: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        super().__init__()
+        K, K0, k = CONTENT_COMPONENTS, NULL_COMPONENTS, d_out
+        fan = d_in + n_positions
+        shapes = {
+            "w_in": (hidden, d_in),
+            "b_in": (hidden,),
+            "w_query": (n_positions, hidden),
+            "w_out": (K + 2 + k + 1, hidden),
+            "b_out": (K + 2 + k + 1,),
+            "w_content": (2 * K * k, d_in),
+            "b_content": (2 * K * k,),
+            "null_mean": (n_positions, K0, k),
+            "null_log_scale": (n_positions, K0, k),
+            "null_logit": (n_positions, K0),
+            "rotation": (k, k),
+        }
+        fan_in: dict[str, int | None] = {"w_in": fan, "b_in": fan, "w_query": fan}
+        fan_in |= {"w_out": hidden, "b_out": hidden, "w_content": d_in, "b_content": d_in}
+        fan_in |= {"null_mean": None}
+        fan_in |= {"null_log_scale": 1 << 30, "null_logit": 1 << 30}  # ≈ 0: unit, equal
+        fan_in["rotation"] = 1 << 30
+        init_params(self, cells, shapes, fan_in, seed, arrays)
+        if arrays is None:
+            with torch.no_grad():
+                self.rotation += torch.eye(k)
+        self.k = k
+        self.probe_shape = (len(cells),)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per-sample mixture parameters for standardised states ``x [c, b, E]``.
+
+        Returns log π ``[c, K+2, S, b]``, the positional mean ``[c, S, b, k]`` and log σ
+        ``[c, S, b]``, the content means and log σ ``[c, K, b, k]`` each.
+        """
+        c, b, _ = x.shape
+        K, k = CONTENT_COMPONENTS, self.k
+        state = torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2))
+        pre = state.unsqueeze(2) + self.w_query.transpose(1, 2).unsqueeze(3)  # [c, h, S, b]
+        n_pos = pre.shape[2]
+        act = nn.functional.gelu(pre).reshape(c, pre.shape[1], n_pos * b)
+        out = torch.baddbmm(self.b_out.unsqueeze(2), self.w_out, act).view(c, -1, n_pos, b)
+        log_pi = torch.log_softmax(out[:, : K + 2], dim=1)
+        pos_mean = out[:, K + 2 : K + 2 + k].permute(0, 2, 3, 1)  # [c, S, b, k]
+        pos_log_scale = _log_scale(out[:, -1])  # [c, S, b]
+        content = torch.baddbmm(self.b_content.unsqueeze(2), self.w_content, x.transpose(1, 2))
+        content = content.view(c, 2, K, k, b).permute(0, 1, 2, 4, 3)  # [c, 2, K, b, k]
+        return log_pi, pos_mean, pos_log_scale, content[:, 0], _log_scale(content[:, 1])
+
+    def null_log_density(self, y: torch.Tensor) -> torch.Tensor:
+        """log q0(y | s) for ``y [..., S, k]`` -> ``[c, ..., S]``."""
+        c = self.null_mean.shape[0]
+        shape = (c,) + (1,) * (y.dim() - 2) + self.null_mean.shape[1:]  # [c, ..., S, K0, k]
+        log_w = torch.log_softmax(self.null_logit, dim=-1).view(shape[:-1])
+        dens = _log_normal(
+            y.unsqueeze(-2), self.null_mean.view(shape), _log_scale(self.null_log_scale).view(shape)
+        )
+        return torch.logsumexp(dens + log_w, dim=-1)
+
+    def pvi(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log q(y | h, s), log q0(y | s)), each ``[c, b, m, S]``, of ``m`` candidates per
+        sample: standardised states ``x [c, b, E]`` and candidates ``y [b, m, S, k]``."""
+        log_pi, pos_mean, pos_ls, mean, ls = self.heads(x)
+        null = self.null_log_density(y)  # [c, b, m, S]
+        # the state's components are diagonal in the cell's own basis R y (+ log |det R|)
+        y = torch.einsum("cij,bmsj->cbmsi", self.rotation, y)
+        log_det = torch.linalg.slogdet(self.rotation)[1].view(-1, 1, 1, 1)
+        # positional: mean [c, S, b, k] -> [c, b, 1, S, k] against y [b, m, S, k]
+        pos_ls = pos_ls.transpose(1, 2)[:, :, None, :, None].expand(-1, -1, -1, -1, self.k)
+        pos = _log_normal(y, pos_mean.permute(0, 2, 1, 3).unsqueeze(2), pos_ls)
+        # content: mean [c, K, b, k] -> [c, K, b, 1, 1, k] against y [c, 1, b, m, S, k]
+        cont = _log_normal(y.unsqueeze(1), mean[:, :, :, None, None], ls[:, :, :, None, None])
+        parts = torch.cat(
+            [null.detach().unsqueeze(1), (pos + log_det).unsqueeze(1), cont + log_det.unsqueeze(1)],
+            dim=1,
+        )
+        weights = log_pi.permute(0, 1, 3, 2).unsqueeze(3)  # [c, K+2, b, 1, S]
+        return torch.logsumexp(parts + weights, dim=1), null
+
+    def per_probe_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Negative log likelihood per cell ``[c]``: mixture plus null, each the mean over
+        samples and positions (``x [c, b, E]``, ``y [b, S, k]`` standardised)."""
+        log_q, null = self.pvi(x, y.unsqueeze(1))
+        return -(log_q.mean(dim=(1, 2, 3)) + null.mean(dim=(1, 2, 3)))
+
+
+def negatives_of(n: int) -> int:
+    """Mismatched candidates per test sample among ``n``: min(n - 1, MAX_NEGATIVES)."""
+    return max(0, min(n - 1, MAX_NEGATIVES))
+
+
+@torch.no_grad()
+def rank_scores(module: BatchedCritic, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    """Matched PVI and the count of mismatched candidates scoring at least as high.
+
+    ``x [c, n, E]``, ``y [n, S, k]`` standardised test states and targets; candidates of
+    sample i are ``y[(i + m) % n]`` for m = 0 (matched), 1, …, M. Returns
+    ``[n, c, S, 2]`` float32: (PVI, count).
+    """
+    c, n, _ = x.shape
+    n_pos = y.shape[1]
+    m = negatives_of(n) + 1
+    offsets = torch.arange(m, device=x.device)
+    per_sample = c * m * n_pos * (CONTENT_COMPONENTS + 3)
+    step = max(1, EVAL_FLOATS // per_sample)
+    out = np.empty((n, c, n_pos, 2), dtype=np.float32)
+    for start in range(0, n, step):
+        rows = torch.arange(start, min(start + step, n), device=x.device)
+        cand = y[(rows[:, None] + offsets[None, :]) % n]  # [b, m, S, k]
+        log_q, null = module.pvi(x[:, rows], cand)
+        score = log_q - null  # [c, b, m, S]
+        matched = score[:, :, 0]
+        count = (score[:, :, 1:] >= matched.unsqueeze(2)).sum(dim=2)
+        block = torch.stack([matched, count.to(matched.dtype)], dim=-1)  # [c, b, S, 2]
+        out[start : start + len(rows)] = block.transpose(0, 1).cpu().numpy()
+    return out
+
+
+def critic_factory(
+    n_positions: int, d_in: int, hidden: int, d_out: int, seed: int
+) -> ModuleFactory:
+    """A module factory building :class:`BatchedCritic` probes for a range of cells."""
+
+    def make(cells: range, arrays: dict[str, np.ndarray] | None) -> BatchedProbes:
+        return BatchedCritic(cells, n_positions, d_in, hidden, d_out, seed=seed, arrays=arrays)
+
+    return make
+
+
+def critic_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> ProbeDesign:
+    """The :class:`ProbeDesign` of critics of width ``hidden`` for these sizes."""
+    S, k, b, E = shape.n_targets, shape.d_out, budget.batch_size, shape.d_in
+    K, K0 = CONTENT_COMPONENTS, NULL_COMPONENTS
+    params = 2 * E * hidden + 2 * hidden + S * hidden + (K + 3 + k + 2 * K * k) * (hidden + 1)
+    params += S * K0 * (2 * k + 1)
+    # autograd keeps the hidden layer [h, S, b] (pre-activation, activation, gradients) and
+    # the per-component densities [K+2, S, b, k]
+    activations = S * hidden * b
+    return ProbeDesign(
+        make_module=critic_factory(S, E, hidden, k, budget.seed),
+        bytes_per_cell=4 * (5 * params + shape.n * E + 2 * activations),
+        activation_bytes_per_cell=4 * activations,
+        desc="critic probes",
+        evaluate=rank_scores,
+    )
+
+
+@dataclass
+class CriticFit:
+    """A fitted critic per cell (all arrays numpy).
+
+    ``pvi [n_test, C, S]``: pointwise V-information of each test sample (nats);
+    ``p_value [n_test, C, S]``: its rank p-value against ``negatives`` mismatched pairs;
+    ``v_information [C, S]``: the mean of ``pvi`` over the test samples;
+    ``best_val_loss``, ``best_epoch`` ``[C]``: per-cell early stopping; ``test_idx``: the
+    test rows, in the order of the per-sample axes; ``engine``: weights and standardisation.
+    """
+
+    probe = "critic"
+
+    pvi: np.ndarray
+    p_value: np.ndarray
+    negatives: int
+    best_val_loss: np.ndarray
+    best_epoch: np.ndarray
+    test_idx: np.ndarray
+    budget: TrainingBudget
+    hidden: int
+    engine: ChunkedFit
+
+    @property
+    def v_information(self) -> np.ndarray:
+        """Mean PVI over the test samples ``[C, S]`` (nats)."""
+        return self.pvi.astype(np.float64).mean(axis=0)
+
+    def members(self, q: float = FDR_Q) -> np.ndarray:
+        """Per-sample sets ``[n_test, C, S]``: :func:`critic_members` at level ``q``."""
+        return critic_members(self.p_value, q)
+
+    def settings(self) -> dict[str, object]:
+        """The probe settings as plain data (for provenance in results files)."""
+        return {
+            "probe": self.probe,
+            "hidden": self.hidden,
+            "content_components": CONTENT_COMPONENTS,
+            "null_components": NULL_COMPONENTS,
+            "negatives": self.negatives,
+            **vars(self.budget),
+        }
+
+
+def critic_members(p_value: np.ndarray, q: float = FDR_Q) -> np.ndarray:
+    """Benjamini–Hochberg rejections at level ``q`` over every entry of ``p_value``."""
+    return benjamini_hochberg(p_value, q)
+
+
+def fit_critic_probe_sets(
+    datasets: Sequence[tuple[ArrayLike, ArrayLike]],
+    train_idx: ArrayLike,
+    val_idx: ArrayLike,
+    test_idx: ArrayLike,
+    *,
+    hidden: int = 64,
+    q: float = FDR_Q,
+    budget: TrainingBudget | None = None,
+    device: str | torch.device = "cpu",
+    max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
+    progress: bool = True,
+) -> list[CriticFit]:
+    """:func:`fit_critic_probe` on several ``(X [n, C, E], Y [n, S, k])`` datasets of the
+    same shapes (a probe and its controls) with the same splits and budget, in one worker
+    pool; one fit per dataset, each equal to its own :func:`fit_critic_probe`."""
+    hidden = check_positive_int(hidden, "hidden")
+    need = min_test_samples(q)
+    n_test = len(np.asarray(test_idx).reshape(-1))
+    if n_test < need:
+        raise SplitTooSmallError(
+            f"test split: the critic's rank null at q = {q} needs at least {need} test "
+            f"samples (10 / q), got {n_test}; use more samples or a larger test fraction"
+        )
+    budget = TrainingBudget() if budget is None else budget
+    engines, _, split = fit_checked(
+        datasets,
+        (train_idx, val_idx, test_idx),
+        lambda shape: critic_design(shape, hidden, budget),
+        budget,
+        device=device,
+        max_memory_bytes=max_memory_bytes,
+        progress=progress,
+    )
+    negatives = negatives_of(n_test)
+    return [
+        CriticFit(
+            pvi=e.test_pred[..., 0],
+            p_value=(1.0 + e.test_pred[..., 1].astype(np.float64)) / (negatives + 1.0),
+            negatives=negatives,
+            best_val_loss=e.best_val_loss,
+            best_epoch=e.best_epoch,
+            test_idx=split[2],
+            budget=budget,
+            hidden=hidden,
+            engine=e,
+        )
+        for e in engines
+    ]
+
+
+def fit_critic_probe(
+    X: ArrayLike,
+    Y: ArrayLike,
+    train_idx: ArrayLike,
+    val_idx: ArrayLike,
+    test_idx: ArrayLike,
+    *,
+    hidden: int = 64,
+    q: float = FDR_Q,
+    budget: TrainingBudget | None = None,
+    device: str | torch.device = "cpu",
+    max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
+    progress: bool = True,
+) -> CriticFit:
+    """Fit one critic per cell and score every test sample against mismatched pairs.
+
+    ``X [n, C, E]``: states of every cell. ``Y [n, S, k]``: x(s) of every queried position.
+    Splits and budget as for :func:`~infoprobe.probes.query.fit_query_probe`; ``q``: the
+    false discovery rate of the per-sample sets (:meth:`CriticFit.members`), which needs at
+    least :func:`min_test_samples` test samples (:class:`SplitTooSmallError` otherwise).
+    Returns per-sample PVI and p-values ``[n_test, C, S]`` (module docstring).
+    """
+    return fit_critic_probe_sets(
+        [(X, Y)],
+        train_idx,
+        val_idx,
+        test_idx,
+        hidden=hidden,
+        q=q,
+        budget=budget,
+        device=device,
+        max_memory_bytes=max_memory_bytes,
+        progress=progress,
+    )[0]

@@ -1,0 +1,148 @@
+"""The critic probe: it sees what a head copies by content, with no tag of its position.
+
+On the hand-set model (tests/handset.py) head 0 copies the content-selected x(p(t)) into
+every token's state (a different key in every sample, no position tag: its value reads the
+content slot only) and head 1 copies x(3) into every token; the per-sample truth is known
+exactly. The critic's per-sample sets must find both; the linear and query probes, which
+ask "what is x(s)?" of a fixed or queried position, miss the content-selected key.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from handset import handset_model, near_ties, true_partners, true_sets
+
+from infoprobe.base.fdr import FDRLevelError
+from infoprobe.compare.instruments import corrected_errors
+from infoprobe.hooks import capture, layer_sites
+from infoprobe.pipeline.probe_settings import CRITIC_BUDGET
+from infoprobe.probes.critic import critic_members, fit_critic_probe, min_test_samples
+from infoprobe.probes.errors import SplitTooSmallError
+from infoprobe.probes.linear import ProbeTargets, fit_linear_probes
+from infoprobe.probes.observed import ThresholdError, Thresholds
+from infoprobe.probes.query import fit_query_probe
+from infoprobe.probes.split import TEST, TRAIN, VAL, make_split
+
+T, D, POSITION, N = 8, 4, 3, 3000
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def by_layer(a: np.ndarray) -> np.ndarray:
+    """``[n, 2(T+1), T] -> [2, n, T+1, T]``."""
+    return a.reshape(len(a), 2, T + 1, T).transpose(1, 0, 2, 3)
+
+
+def scores(member: np.ndarray, truth: np.ndarray, keep: np.ndarray) -> tuple[float, float]:
+    """(precision, recall) of ``member`` against ``truth`` over the cells ``keep``."""
+    m, t = member[keep], truth[keep]
+    return (m & t).sum() / max(m.sum(), 1), (m & t).sum() / max(t.sum(), 1)
+
+
+@pytest.fixture(scope="module", params=[None, 1], ids=["copy", "projection"])
+def planted(request):
+    """Per-sample sets of the critic, linear and query probes at layers 0 and 1 of the
+    hand-set model (``value_rank=1``: head 0 copies only a^T x(p(t)))."""
+    torch.set_num_threads(1)
+    model = handset_model(T=T, d=D, position=POSITION, value_rank=request.param)
+    x = np.random.default_rng(0).standard_normal((N, T, D)).astype(np.float32)
+    names = layer_sites(1)
+    states = capture(model, torch.as_tensor(x), names)
+    cells = np.concatenate([states[n].numpy() for n in names], axis=1)  # [n, 2(T+1), E]
+    split = make_split(N, seed=0)
+    idx = [np.flatnonzero(split == s) for s in (TRAIN, VAL, TEST)]
+    test = x[idx[2]]
+    critic = fit_critic_probe(cells, x, *idx, budget=CRITIC_BUDGET, progress=False)
+    query = fit_query_probe(cells, x, *idx, progress=False)
+    linear = fit_linear_probes(
+        lambda: iter([(0, cells)]),
+        ProbeTargets(values=x, inputs=x, true_index=np.arange(T)),
+        split,
+        shuffle_seed=None,
+        progress=False,
+    )
+    sets = {
+        "critic": by_layer(critic_members(critic.p_value)),
+        "query": corrected_errors(by_layer(query.errors), test) < 0.5,
+        "linear": corrected_errors(by_layer(linear.per_sample_error), test) < 0.5,
+    }
+    truth = true_sets(test, position=POSITION)[..., :T]
+    clean = ~near_ties(test)
+    keep = np.broadcast_to(clean[None, :, :, None] & ~np.eye(T + 1, T, dtype=bool), truth.shape)
+    partner = true_partners(test)
+    rows, tokens = np.nonzero(clean & (partner != POSITION))
+    numbers = {}
+    for name, member in sets.items():
+        precision, recall = scores(member[1], truth[1], keep[1])
+        key_recall = member[1, rows, tokens, partner[rows, tokens]].mean()
+        numbers[name] = (precision, recall, key_recall)
+    print(f"\nvalue_rank={request.param}: (P, R, recall on the content-selected key) at layer 1")
+    for name, (p, r, k) in numbers.items():
+        print(f"  {name:7s} P {p:.3f} R {r:.3f} key {k:.3f}")
+    return request.param, numbers, sets, truth, keep, critic
+
+
+def test_the_critic_finds_the_content_selected_key_the_others_miss(planted):
+    value_rank, numbers, *_ = planted
+    p, r, key = numbers["critic"]
+    if value_rank is None:  # the full copy: the acceptance numbers
+        assert p >= 0.95 and r >= 0.95 and key >= 0.95
+    else:  # a^T x(p(t)) only: the critic finds it in some samples (0.11 measured), the
+        # others in none; docs/probes.md shows this limit
+        assert key > 0.05
+    for other in ("linear", "query"):  # a fixed or queried position cannot follow the key
+        assert numbers[other][2] < 0.02 < key - numbers[other][2]
+
+
+def test_nothing_is_in_the_critics_sets_at_layer_0_but_the_own_position(planted):
+    _, _, sets, _, keep, critic = planted
+    member = sets["critic"]
+    assert member[0][keep[0]].mean() < 0.01  # only x(t) is in h(t, 0): s != t are nulls
+    own = np.eye(T + 1, T, dtype=bool)
+    assert member[0][:, own].mean() > 0.99  # and x(t) itself, in every sample
+    assert critic.negatives == min(len(critic.test_idx) - 1, 255)
+
+
+def test_rank_p_values_are_valid_when_the_state_holds_nothing():
+    """States independent of the targets: P(p <= a) <= a for every a, BH marks ~ nothing."""
+    rng = np.random.default_rng(1)
+    n, C, S = 800, 3, 4
+    X = rng.standard_normal((n, C, 6)).astype(np.float32)
+    Y = rng.standard_normal((n, S, 2)).astype(np.float32)
+    split = make_split(n, (0.5, 0.2, 0.3), seed=0)
+    idx = [np.flatnonzero(split == s) for s in (TRAIN, VAL, TEST)]
+    fit = fit_critic_probe(X, Y, *idx, budget=CRITIC_BUDGET, progress=False)
+    for a in (0.01, 0.05, 0.2, 0.5):
+        # 240 samples x 12 cells: the binomial sd at a = 0.05 is 0.004
+        assert (fit.p_value <= a).mean() <= a + 3 * np.sqrt(a * (1 - a) / fit.p_value.size)
+    assert fit.members().mean() < 0.01
+    assert fit.p_value.min() >= 1 / (fit.negatives + 1)
+
+
+def test_a_state_that_copies_its_target_has_the_smallest_p_value():
+    rng = np.random.default_rng(2)
+    n = 700
+    Y = rng.standard_normal((n, 2, 3)).astype(np.float32)
+    X = np.concatenate([Y[:, :1], rng.standard_normal((n, 1, 3))], axis=2)  # holds y(0)
+    split = make_split(n, (0.6, 0.1, 0.3), seed=0)
+    idx = [np.flatnonzero(split == s) for s in (TRAIN, VAL, TEST)]
+    fit = fit_critic_probe(X.astype(np.float32), Y, *idx, budget=CRITIC_BUDGET, progress=False)
+    floor = 1 / (fit.negatives + 1)
+    assert (fit.p_value[:, 0, 0] == floor).mean() > 0.98
+    assert fit.pvi[:, 0, 0].mean() > 3.0 > fit.pvi[:, 0, 1].mean()  # nats
+
+
+def test_bad_input_is_one_clear_line():
+    for q in (0.0, 1.0, -0.2, float("nan")):
+        with pytest.raises(ThresholdError, match=r"Thresholds\.q: expected a false discovery"):
+            Thresholds(q=q)
+    X = np.zeros((100, 1, 2), np.float32)
+    Y = np.zeros((100, 1, 2), np.float32)
+    idx = [np.arange(0, 60), np.arange(60, 80), np.arange(80, 100)]
+    with pytest.raises(FDRLevelError, match=r"q: expected a false discovery rate in \(0, 1\)"):
+        fit_critic_probe(X, Y, *idx, q=1.5, progress=False)
+    with pytest.raises(SplitTooSmallError, match=r"needs at least 200 test samples .* got 20"):
+        fit_critic_probe(X, Y, *idx, progress=False)
+    assert min_test_samples(0.1) == 100
