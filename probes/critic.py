@@ -39,7 +39,11 @@ rank p-value::
 When x_i(s) is independent of h_i the matched and the M mismatched values are exchangeable
 (the samples are i.i.d. and the critic saw none of them), so P(p ≤ α) ≤ α whatever the
 critic learned: an exact per-sample test. Per-sample sets are the Benjamini–Hochberg
-rejections at level q over the whole grid (:func:`infoprobe.base.fdr.benjamini_hochberg`).
+rejections at level q among the test samples of each cell and position
+(:func:`infoprobe.base.fdr.benjamini_hochberg`, one family per (c, s)). Not one family over
+the whole grid: a p-value is at least 1/(M+1), and over the grid whether a cell's samples
+pass would depend on how many *other* cells hold members (on the demo's random-init model,
+whose states hold only their own x(t), a grid-wide family marked nothing at all).
 Everything is computed on standardised values; the Jacobian of the standardisation is the
 same for both terms of PVI and cancels.
 """
@@ -84,9 +88,9 @@ CONTENT_COMPONENTS = 2
 (a retrieving head's copy); fixed, so every cell gets the same density family."""
 NULL_COMPONENTS = 4
 """Diagonal Gaussians of the null model q0(x | s) per position."""
-MAX_NEGATIVES = 255
-"""Mismatched x(s) each test sample is ranked against (fewer when the test split is smaller:
-every other test sample); the smallest p-value is 1/(M+1)."""
+MAX_NEGATIVES = 2047
+"""Mismatched x(s) each test sample is ranked against: every other test sample, at most this
+many; the smallest p-value is 1/(M+1)."""
 LOG_SCALE_FLOOR = -5.0
 """log σ of every component is at least this (σ ≥ 0.0067 standard deviations of x(s)), so
 an exact copy gives a large but finite density."""
@@ -99,9 +103,10 @@ LOG_2PI = math.log(2 * math.pi)
 def min_test_samples(q: float) -> int:
     """The fewest test samples the rank null needs at level ``q``: ⌈10 / q⌉.
 
-    A member passes Benjamini–Hochberg only if its p-value, at least 1/(M+1), is at most
-    q·k/m (k of the m cells marked); with M + 1 ≥ 10 / q mismatched pairs a member passes
-    whenever a tenth of the cells or more are members.
+    Among the n test samples of a cell a member passes Benjamini–Hochberg only if its
+    p-value, at least 1/(M+1) = 1/n, is at most q·k/n (k samples marked): a cell marks
+    nothing with fewer than 1/q members. With n ≥ 10 / q a cell marks its members once a
+    tenth of its samples or more are members.
     """
     return math.ceil(10.0 / check_fdr_level(q))
 
@@ -331,8 +336,9 @@ class CriticFit:
 
 
 def critic_members(p_value: np.ndarray, q: float = FDR_Q) -> np.ndarray:
-    """Benjamini–Hochberg rejections at level ``q`` over every entry of ``p_value``."""
-    return benjamini_hochberg(p_value, q)
+    """Per-sample sets ``[n, C, S]`` of p-values ``[n, C, S]``: Benjamini–Hochberg at level
+    ``q`` among the samples of each (cell, position)."""
+    return benjamini_hochberg(p_value, q, axis=0)
 
 
 def fit_critic_probe_sets(
@@ -373,7 +379,8 @@ def fit_critic_probe_sets(
     return [
         CriticFit(
             pvi=e.test_pred[..., 0],
-            p_value=(1.0 + e.test_pred[..., 1].astype(np.float64)) / (negatives + 1.0),
+            # float32, as the results file keeps it: sets made here and from a file agree
+            p_value=((1.0 + e.test_pred[..., 1]) / (negatives + 1.0)).astype(np.float32),
             negatives=negatives,
             best_val_loss=e.best_val_loss,
             best_epoch=e.best_epoch,

@@ -27,20 +27,21 @@ def check_fdr_level(q: object, name: str = "q") -> float:
     return float(q)
 
 
-def benjamini_hochberg(p: np.ndarray, q: float = FDR_Q) -> np.ndarray:
-    """Benjamini–Hochberg at level ``q`` over every entry of ``p`` (any shape): bool, the
-    same shape, True where rejected (the k smallest p-values, k the largest rank with
-    p_(k) ≤ q·k/m)."""
+def benjamini_hochberg(p: np.ndarray, q: float = FDR_Q, axis: int | None = None) -> np.ndarray:
+    """Benjamini–Hochberg at level ``q``: bool, the shape of ``p``, True where rejected (the
+    k smallest p-values, k the largest rank with p_(k) ≤ q·k/m). ``axis=None``: one family
+    of every entry; an int: one family per index of the other axes, along ``axis``."""
     q = check_fdr_level(q)
     p = np.asarray(p, dtype=np.float64)
-    flat = p.ravel()
-    m = flat.size
+    if axis is None:
+        return benjamini_hochberg(p.reshape(-1), q, 0).reshape(p.shape)
+    moved = np.moveaxis(p, axis, -1)
+    m = moved.shape[-1]
     if m == 0:
         return np.zeros(p.shape, dtype=bool)
-    order = np.argsort(flat, kind="stable")
-    below = flat[order] <= q * np.arange(1, m + 1) / m
-    keep = np.zeros(m, dtype=bool)
-    if below.any():
-        k = int(np.flatnonzero(below)[-1]) + 1
-        keep[order[:k]] = True
-    return keep.reshape(p.shape)
+    ordered = np.sort(moved, axis=-1)
+    below = ordered <= q * np.arange(1, m + 1) / m
+    k = np.where(below.any(axis=-1), m - np.argmax(below[..., ::-1], axis=-1), 0)
+    cut = np.take_along_axis(ordered, np.maximum(k - 1, 0)[..., None], axis=-1)
+    keep = (moved <= cut) & (k[..., None] > 0)
+    return np.moveaxis(keep, -1, axis)

@@ -138,12 +138,13 @@ def decodability_null(obs: Observations, q: float = NULL_Q) -> NullSets:
 
 def own_null(obs: Observations, q: float = NULL_Q) -> NullSets:
     """The null rule of an instrument with per-sample p-values of its own (the critic's
-    rank test against mismatched pairs): per sample their Benjamini–Hochberg rejections;
+    rank test against mismatched pairs): per sample their Benjamini–Hochberg rejections
+    among the samples of each cell (the family the critic's own sets use);
     per cell a one-sided sign test of p < 1/2 over the samples (under the null P(p < 1/2)
     ≤ 1/2; the samples share mismatched partners, so the binomial is an approximation)."""
     assert obs.null_p is not None
     p = sign_test_below(obs.null_p, 0.5)
-    per_sample = benjamini_hochberg(obs.null_p, q)
+    per_sample = benjamini_hochberg(obs.null_p, q, axis=1)
     null = f"{obs.null_name}; per cell a sign test of p < 1/2 over samples"
     return NullSets(obs.instrument, null, q, p, benjamini_hochberg(p, q), per_sample)
 
