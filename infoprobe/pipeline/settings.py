@@ -29,8 +29,10 @@ class RunSettings:
         n_cache: samples cached and probed (split by sample into train/val/test by the probes)
         sites: hook sites cached (the probes read the layer residuals, the report and
             rollout the attention patterns; see infoprobe cache --help)
-        probe: probe family for the position probes: linear (ridge), mlp, or query (one
-            MLP per state, conditioned on the position: per-sample errors)
+        probe: probe family for the position probes: linear (ridge), mlp, query (one
+            MLP per state, conditioned on the position: per-sample errors) or critic (is
+            the sample's own x(s) in the state, wherever it came from: per-sample
+            V-information and p-values)
         batch_size: samples per forward pass when caching
         rollout: compare attention rollout (Abnar & Zuidema 2020) beside InfoFlow
         flow: measure flow (local sensitivity, and its random-init control) on the

@@ -51,9 +51,10 @@ ANSWER_CAPTION = (
     "{score} ranking InfoFlow's predicted positions above the others (InfoFlow solid, "
     "attention rollout dashed, InfoFlow against the same instrument on the random-init "
     "model dotted; the diagonal is chance). Bottom: {score} at InfoFlow's predicted "
-    "positions (blue) and at the others (grey), with the fixed threshold τ (dashed). "
-    "Observed is not used."
+    "positions (blue) and at the others (grey){threshold}. Observed is not used."
 )
+FIXED_THRESHOLD = ", with the fixed threshold τ (dashed)"
+"""The answer caption's threshold clause, for an instrument whose sets come from one."""
 
 Figures = dict[str, tuple[Figure, str, str]]
 
@@ -85,7 +86,10 @@ def _add_answer_figures(out: Figures, inputs: ReportInputs) -> None:
             out[f"answer_{figures.file_stem(name)}"] = (
                 fig,
                 f"{label} at InfoFlow's predicted positions",
-                ANSWER_CAPTION.format(score=obs.sample_score_name),
+                ANSWER_CAPTION.format(
+                    score=obs.sample_score_name,
+                    threshold="" if obs.tau_sample is None else FIXED_THRESHOLD,
+                ),
             )
 
 
