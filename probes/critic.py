@@ -129,9 +129,9 @@ class BatchedCritic(BatchedProbes):
     coordinates, hidden width h, K = :data:`CONTENT_COMPONENTS`, K0 =
     :data:`NULL_COMPONENTS`: mixing and positional head ``w_in [c, h, E]``,
     ``b_in [c, h]``, ``w_query [c, S, h]``, ``w_out [c, K+2+k+1, h]``, ``b_out``;
-    content head ``w_state [c, h, E]``, ``b_state [c, h]``, ``w_content [c, 2·K·k, h]``,
-    ``b_content``; null ``null_mean [c, S, K0, k]``, ``null_log_scale [c, S, K0, k]``,
-    ``null_logit [c, S, K0]``.
+    content head (linear in the state) ``w_content [c, 2·K·k, E]``, ``b_content``; the
+    cell's basis ``rotation [c, k, k]`` (starts at the identity); null
+    ``null_mean [c, S, K0, k]``, ``null_log_scale [c, S, K0, k]``, ``null_logit [c, S, K0]``.
     """
 
     def __init__(
@@ -277,7 +277,8 @@ def critic_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> Pro
     """The :class:`ProbeDesign` of critics of width ``hidden`` for these sizes."""
     S, k, b, E = shape.n_targets, shape.d_out, budget.batch_size, shape.d_in
     K, K0 = CONTENT_COMPONENTS, NULL_COMPONENTS
-    params = 2 * E * hidden + 2 * hidden + S * hidden + (K + 3 + k + 2 * K * k) * (hidden + 1)
+    params = E * hidden + hidden + S * hidden + (K + 3 + k) * (hidden + 1)
+    params += 2 * K * k * (E + 1) + k * k
     params += S * K0 * (2 * k + 1)
     # autograd keeps the hidden layer [h, S, b] (pre-activation, activation, gradients) and
     # the per-component densities [K+2, S, b, k]
