@@ -439,3 +439,56 @@ def test_the_reported_chance_is_the_rows_chance():
     obs = observed_program([uniform, uniform], program, x)
     assert obs.chance == obs.to_dict()["chance"] == pytest.approx(1 / T)
     assert all(r.chance == obs.chance for r in obs.rows)
+
+
+# ---- what a head reads, from attention alone -------------------------------------------
+def planted_block(n: int = 200, offset: int = 3, cls_keys=(3,), seed: int = 11):
+    """One block of four heads [n, 4, T+1, T+1], each with a known reading: 0 a position
+    head (data query q reads (q + offset) mod T, CLS reads ``cls_keys`` evenly), 1 a
+    content retrieval (a random data key per sample and query), 2 uniform rows, 3 a head
+    whose every query reads keys {1, 4} evenly."""
+    rng = np.random.default_rng(seed)
+    tokens = T + 1
+    position = np.zeros((n, tokens, tokens))
+    position[:, np.arange(T), (np.arange(T) + offset) % T] = 1.0
+    position[:, T, list(cls_keys)] = 1.0 / len(cls_keys)
+    content = one_hot_rows(rng.integers(0, T, size=(n, tokens)), tokens)
+    pair = np.zeros((n, tokens, tokens))
+    pair[..., [1, 4]] = 0.5
+    return np.stack([position, content, uniform(n, tokens, tokens), pair], axis=1)
+
+
+@pytest.mark.parametrize("offset", [3, -1, 1])
+def test_without_a_program_heads_are_named_from_attention_alone(offset):
+    obs = observed_program([planted_block(offset=offset)], None)
+    assert not obs.predicted and obs.unmatched_slots == ()
+    position, content, flat, pair = (obs.row(0, j) for j in range(4))
+    assert position.slot is None and position.data.operation == "no predicted program"
+    assert position.data.mode == position.cls.mode == POSITIONAL
+    assert position.data.offset == offset and position.data.keys is None
+    assert f"offset {offset:+d}" in position.data.reads
+    assert position.cls.keys == (3,) and position.cls.reads == "reads keys [3]"
+    assert content.data.mode == RETRIEVAL and content.data.keys is None
+    assert content.data.reads == "retrieves by content from keys [0-7]"
+    assert flat.cls.mode == GLOBAL and flat.cls.reads == GLOBAL
+    assert pair.data.keys == pair.cls.keys == (1, 4) and pair.data.offset is None
+    text = str(obs)
+    assert "no predicted program" in text and "agree" not in text  # no matching columns
+    json.dumps(obs.to_dict(), allow_nan=False)
+    assert obs.to_dict()["heads"][0]["cls"]["keys"] == [3]
+
+
+def test_a_head_reading_a_strict_subset_of_the_predicted_keys_is_named_so():
+    """fixed-positions at T = 8: CLS aggregates positions {0, 1, 2}; a head whose CLS row
+    reads only key 0 is matched to that slot and named a strict subset, one reading all
+    three is not."""
+    task = make_task("fixed-positions", T=T)
+    program = predict(task, (1,), d_model=8, pos_encoding="learned").program
+    x, _ = task.sample(120, np.random.default_rng(4))
+    for keys, subset in (((0,), True), ((0, 1, 2), False), ((1, 2), True)):
+        obs = observed_program([planted_block(n=len(x), cls_keys=keys)[:, :1]], program, x)
+        cls = obs.row(0, 0).cls
+        assert cls.kind == "position-specific aggregation" and cls.keys == keys
+        named = "a strict subset of the program's [0-2]" in cls.reads
+        assert named == subset, cls.reads
+        assert cls.mass_on_positions == pytest.approx(1.0)

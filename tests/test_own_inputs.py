@@ -8,6 +8,7 @@ records no task, and every command takes its inputs from a file.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 
 import h5py
@@ -194,7 +195,7 @@ def test_the_flow_summary_gives_medians_beside_means():
 def test_your_sets_against_flow_from_the_shell(monkeypatch, capsys, files, tmp_path):
     """The whole path of a model with no task: cache --inputs, influence, sets (the model's
     known truth), compare; every step rc 0; flow's AUROC against the truth at the
-    retrieving layer >= 0.98. Without --trust-code the first step is refused."""
+    retrieving layer >= 0.98; report rc 0. Without --trust-code the first step is refused."""
     root, ckpt, x = files
     acts, flow, pred = tmp_path / "acts.h5", tmp_path / "flow.h5", tmp_path / "pred.h5"
     cache = ["cache", str(ckpt), "--inputs", str(root / "x.npy"), "--out", str(acts), "--quiet"]
@@ -223,11 +224,21 @@ def test_your_sets_against_flow_from_the_shell(monkeypatch, capsys, files, tmp_p
     capsys.readouterr()
     assert main(["compare", str(pred), str(probes), "--influence", str(flow)]) == 0
     assert "decodability AUROC" in capsys.readouterr().out
-    words = ["no task", "infoprobe compare"]
-    one_line_refusal(monkeypatch, capsys, "report", [str(pred), "--influence", str(flow),
-                     "--out", str(tmp_path / "rep")], words)  # fmt: skip
-    monkeypatch.undo()
-    assert not (tmp_path / "rep").exists()
+    # the report takes the task-less sets; its heads are named from attention alone
+    rep = tmp_path / "rep"
+    assert main(["report", str(pred), str(probes), "--influence", str(flow), "--cache",
+                 str(acts), "--out", str(rep)]) == 0  # fmt: skip
+    summary = json.loads((rep / "summary.json").read_text())
+    assert "truth.npy" in summary["notes"]["sets compared with"]
+    assert summary["notes"]["task"] == "none: inputs from a file"
+    heads = summary["heads"]
+    assert heads["predicted"] is False
+    (head,) = heads["heads"]  # one retrieval head: data and CLS queries read by content
+    assert head["data"]["mode"] == head["cls"]["mode"] == "content-dependent retrieval"
+    assert head["data"]["reads"].startswith("retrieves by content")
+    assert head["data"]["operation"] == "no predicted program"
+    page = html.unescape((rep / "report.html").read_text())
+    assert "not InfoFlow's" in page and "reads (from attention alone)" in page
     # other samples are refused: the sets file names the cache's inputs file
     other = tmp_path / "other.npy"
     np.save(other, x[::-1].copy())
@@ -254,3 +265,34 @@ def test_sets_of_the_wrong_shape_are_one_line(monkeypatch, capsys, files, tmp_pa
         argv = [str(tmp_path / name), "--cache", str(acts), "--out", str(tmp_path / "p.h5")]
         one_line_refusal(monkeypatch, capsys, "sets", argv, words)
     assert not (tmp_path / "p.h5").exists()
+
+
+def test_probe_checkpoint_takes_the_inputs_and_your_sets(monkeypatch, capsys, files, tmp_path):
+    """probe-checkpoint --inputs --sets on a checkpoint with no task: every stage runs, the
+    summary names the sets as the user's, and flow's AUROC against the model's truth at its
+    retrieving layer is >= 0.98; without --sets, or --targets without --inputs, one line."""
+    root, ckpt, x = files
+    true, _ = handset_sets(x)
+    np.save(tmp_path / "truth.npy", np.moveaxis(true, 1, 0))
+    out = tmp_path / "run"
+    base = [str(ckpt), "--inputs", str(root / "x.npy"), "--trust-code", "--out", str(out),
+            "--quiet"]  # fmt: skip
+    one_line_refusal(monkeypatch, capsys, "probe-checkpoint", base, ["no task", "--sets"])
+    one_line_refusal(monkeypatch, capsys, "probe-checkpoint",
+                     [str(ckpt), "--targets", str(root / "y.npy"), "--out", str(out)],
+                     ["--targets needs --inputs"])  # fmt: skip
+    monkeypatch.undo()
+    assert not out.exists()
+    capsys.readouterr()
+    assert main(["probe-checkpoint", *base, "--sets", str(tmp_path / "truth.npy")]) == 0
+    printed = capsys.readouterr().out
+    assert "no task" in printed and "sets given by the user" in printed
+    comparison = json.loads((out / "comparison.json").read_text())["comparisons"]["flow"]
+    assert comparison["infoflow"]["per_sample"]["others"]["auroc_per_layer"][1] >= 0.98
+    with h5py.File(out / "pred.h5") as f:  # the user's sets, over the file's rows
+        np.testing.assert_array_equal(f["sets"][:, :, :, :T], np.moveaxis(true, 1, 0))
+    run = json.loads((out / "run.json").read_text())
+    assert (
+        run["stages"]["cache"]["key"]["inputs"]
+        == hashlib.sha256((root / "x.npy").read_bytes()).hexdigest()
+    )

@@ -273,8 +273,11 @@ def test_report_checkpoint_names_the_code_and_runs_none_of_it(tmp_path, true_che
 
 def test_the_training_note_of_a_checkpoint_without_a_test_nmse():
     assert _training_note({"metrics": {"val_nmse": 0.25}}) == (
-        "validation NMSE 0.25 (as recorded in checkpoint.json)"
+        "validation NMSE 0.25 (measured by infoprobe's training, in checkpoint.json)"
     )
+    # a model of the user's own code: its metrics are the user's word, labelled so
+    own = {"metrics": {"val_nmse": 0.0}, "model_config": {"factory": "mine:build"}}
+    assert "not measured by infoprobe" in _training_note(own)
     assert _training_note({"metrics": {}}) == "checkpoint without training metrics"
 
 

@@ -21,35 +21,38 @@ that. See docs/heads.md for the definitions and why each cut sits where it does.
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
+from infoprobe.attention.matching import (
+    GROUPS,
+    Block,
+    SlotScores,
+    match_heads,
+    slot_scores,
+    unmatched_slots,
+)
+from infoprobe.attention.reads import READ_MASS, READ_RULE, head_reads
 from infoprobe.attention.statistics import (
     HeadsError,
-    HeadStatistics,
-    argmax_agreement,
     check_patterns,
     fixed_key_agreement,
     head_statistics,
-    mass_on_positions,
     rules,
 )
 from infoprobe.base.jsonable import jsonable
 from infoprobe.infoflow import (
-    AggregateAll,
     AggregatePositions,
     Program,
-    Retrieval,
     SlotOperation,
     retrievals,
     slot_operations,
 )
 
 NO_OPERATION = "no program operation"
-GROUPS = ("data", "cls")
+NO_PROGRAM = "no predicted program"
 CHANCE_RULE = "1/T: a head whose argmax is uniform over the T data keys a retrieval chooses from"
 
 
@@ -64,7 +67,8 @@ class GroupObservation:
     label of a retrieval. ``agreement`` (retrievals): share of (sample, query) pairs whose
     argmax key is the engine's chosen key; ``fixed_key`` (retrievals): the agreement of the
     best content-blind head; ``mass_on_positions`` (position-specific aggregation): mean
-    attention mass on P.
+    attention mass on P. ``reads``, ``keys``, ``offset``: what the head reads, from its
+    attention alone (:class:`infoprobe.attention.reads.Reads`; with or without a program).
     """
 
     group: str
@@ -79,6 +83,9 @@ class GroupObservation:
     agreement: float | None = None
     fixed_key: float | None = None
     mass_on_positions: float | None = None
+    reads: str = ""
+    keys: tuple[int, ...] | None = None
+    offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,12 +114,14 @@ class HeadRow:
 @dataclass(frozen=True)
 class ObservedProgram:
     """The observed program: one :class:`HeadRow` per head of every block, and the program
-    slots no head was matched to (more slots than heads in a block)."""
+    slots no head was matched to (more slots than heads in a block); ``predicted`` False
+    when there was no program to match the heads to (a model with no task)."""
 
     T: int
     n_samples: int
     rows: tuple[HeadRow, ...]
     unmatched_slots: tuple[SlotOperation, ...]
+    predicted: bool = True
 
     @property
     def chance(self) -> float:
@@ -137,7 +146,8 @@ class ObservedProgram:
                 "n_samples": self.n_samples,
                 "chance": self.chance,
                 "chance_rule": CHANCE_RULE,
-                "rules": rules(),
+                "predicted": self.predicted,
+                "rules": {**rules(), "READ_MASS": READ_MASS, "read_rule": READ_RULE},
                 "heads": [
                     {
                         "block": r.block,
@@ -161,30 +171,37 @@ class ObservedProgram:
         return out
 
     def lines(self) -> list[str]:
-        """A plain-text table: one line per head and query group."""
+        """A plain-text table: one line per head and query group (without a predicted
+        program, only the statistics, the mode and what each head reads)."""
         out = [
             f"observed program: {len({r.block for r in self.rows})} block(s), T={self.T}, "
-            f"{self.n_samples} samples",
-            f"chance argmax agreement {self.chance:.3f} = {CHANCE_RULE}",
-            "agree = share of (sample, query) whose argmax key is the engine's chosen key; "
-            "fixed = best content-blind head; massP = attention mass on P",
-            "slot = program head slot, 0-based (Program.describe calls it head slot+1)",
+            f"{self.n_samples} samples" + ("" if self.predicted else ", no predicted program"),
         ]
-        header = (
+        if self.predicted:
+            out += [
+                f"chance argmax agreement {self.chance:.3f} = {CHANCE_RULE}",
+                "agree = share of (sample, query) whose argmax key is the engine's chosen "
+                "key; fixed = best content-blind head; massP = attention mass on P",
+                "slot = program head slot, 0-based (Program.describe calls it head slot+1)",
+            ]
+        out.append(f"reads = the keys each head reads, from its attention alone ({READ_RULE})")
+        matched = f"{'agree':>5} {'fixed':>5} {'massP':>5}  operation | " if self.predicted else ""
+        out.append(
             f"{'block':>5} {'head':>4} {'slot':>4} {'query':<5} {'mode':<28} {'top1':>5} "
-            f"{'spec':>5} {'entr':>5} {'cont':>5} {'agree':>5} {'fixed':>5} {'massP':>5}  "
-            "operation"
+            f"{'spec':>5} {'entr':>5} {'cont':>5} {matched}reads"
         )
-        out.append(header)
         for r in self.rows:
             for g in (r.data, r.cls):
                 slot = "-" if r.slot is None else str(r.slot)
                 query = "CLS" if g.group == "cls" else "data"
+                matched = (
+                    f"{_fmt(g.agreement)} {_fmt(g.fixed_key)} {_fmt(g.mass_on_positions)}  "
+                    f"{g.operation} | "
+                )
                 out.append(
                     f"{r.block:>5} {r.head:>4} {slot:>4} {query:<5} "
                     f"{g.mode:<28} {g.top1:5.2f} {g.specificity:5.2f} {g.entropy:5.2f} "
-                    f"{g.content:5.2f} {_fmt(g.agreement)} {_fmt(g.fixed_key)} "
-                    f"{_fmt(g.mass_on_positions)}  {g.operation}"
+                    f"{g.content:5.2f} {matched if self.predicted else ''}{g.reads}"
                 )
         for s in self.unmatched_slots:
             out.append(
@@ -200,86 +217,6 @@ def _fmt(v: float | None) -> str:
     return f"{'-':>5}" if v is None or not math.isfinite(v) else f"{v:5.3f}"[:5]
 
 
-# ---- matching --------------------------------------------------------------------------
-def _assign(score: np.ndarray) -> list[tuple[int, int]]:
-    """One-to-one (row, column) pairs maximising the total score."""
-    if score.size == 0:
-        return []
-    rows, cols = linear_sum_assignment(score, maximize=True)
-    return list(zip(rows.tolist(), cols.tolist(), strict=True))
-
-
-@dataclass(frozen=True)
-class _Block:
-    """One block's inputs to the matching: its patterns ``[n, h, T+1, T+1]``, the query
-    rows per group, every head's statistics and modes per group, and the program's
-    operations and the engine's retrievals (keyed (layer, slot, group)) for layer b+1."""
-
-    index: int
-    pattern: np.ndarray
-    queries: dict[str, np.ndarray]
-    stats: dict[str, HeadStatistics]
-    modes: dict[str, tuple[str, ...]]
-    ops: dict[tuple[int, int, str], SlotOperation]
-    found: dict[tuple[int, int, str], Retrieval]
-    n_slots: int
-    T: int
-
-    @property
-    def layer(self) -> int:
-        return self.index + 1
-
-    @property
-    def heads(self) -> int:
-        return self.pattern.shape[1]
-
-    def op(self, slot: int, group: str) -> SlotOperation | None:
-        """The program's operation of ``slot`` for the query ``group`` (None: idle)."""
-        return self.ops.get((self.layer, slot, group))
-
-
-@dataclass
-class _SlotScores:
-    """How well each head fits each slot of one block ``[h, slots]``, summed over the
-    query groups weighted by their query counts: argmax agreement with the engine's keys
-    for slots with a retrieval (``hits`` over ``covered`` queries), the aggregation fit
-    for the others (``fit`` over ``weight`` queries). ``agree`` and ``mass`` keep each
-    (group, slot)'s per-head values ``[h]`` for the rows."""
-
-    hits: np.ndarray
-    covered: np.ndarray
-    fit: np.ndarray
-    weight: np.ndarray
-    agree: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
-    mass: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
-
-    @classmethod
-    def zeros(cls, heads: int, slots: int) -> "_SlotScores":
-        """Nothing accumulated yet: ``heads`` heads against ``slots`` slots."""
-        return cls(
-            np.zeros((heads, slots)), np.zeros(slots), np.zeros((heads, slots)), np.zeros(slots)
-        )
-
-    def add_retrieval(self, group: str, slot: int, agreement: np.ndarray, queries: int) -> None:
-        self.agree[group, slot] = agreement
-        self.hits[:, slot] += agreement * queries
-        self.covered[slot] += queries
-
-    def add_aggregation(self, slot: int, fit: np.ndarray, queries: int) -> None:
-        self.fit[:, slot] += fit * queries
-        self.weight[slot] += queries
-
-    @property
-    def agreement(self) -> np.ndarray:
-        """Mean argmax agreement per head and slot over the covered queries ``[h, slots]``."""
-        return self.hits / np.maximum(self.covered, 1)
-
-    @property
-    def mean_fit(self) -> np.ndarray:
-        """Mean aggregation fit per head and slot ``[h, slots]``."""
-        return self.fit / np.maximum(self.weight, 1)
-
-
 def _aligned_inputs(x: np.ndarray, sample_index: np.ndarray | Sequence[int] | None) -> np.ndarray:
     """The task inputs ``[n, T, d]`` of the patterns' samples (rows ``sample_index``)."""
     x = np.asarray(x)
@@ -293,64 +230,16 @@ def _aligned_inputs(x: np.ndarray, sample_index: np.ndarray | Sequence[int] | No
     return x[index]
 
 
-def _slot_scores(block: _Block) -> _SlotScores:
-    """Every head against every slot of the block (:class:`_SlotScores`): a retrieval by
-    the argmax agreement with the engine's chosen keys, a position-specific aggregation
-    by the mass on its positions, a global one by the normalised entropy."""
-    scores = _SlotScores.zeros(block.heads, block.n_slots)
-    for k in range(block.n_slots):
-        for g in GROUPS:
-            op = block.op(k, g)
-            if op is None:
-                continue
-            queries = block.queries[g]
-            if op.is_retrieval:
-                chosen = block.found[block.layer, k, g].chosen
-                agreement = argmax_agreement(block.pattern, chosen, queries, block.T)
-                scores.add_retrieval(g, k, agreement, queries.size)
-            elif isinstance(op.op, AggregatePositions):
-                mass = mass_on_positions(block.pattern, queries, op.positions)
-                scores.mass[g, k] = mass
-                scores.add_aggregation(k, mass, queries.size)
-            else:
-                assert isinstance(op.op, AggregateAll)
-                scores.add_aggregation(k, block.stats[g].entropy, queries.size)
-    return scores
-
-
-def _match(scores: _SlotScores) -> dict[int, int]:
-    """Head → slot, one to one: the slots with a retrieval first, by agreement, then the
-    remaining heads to the remaining slots, by fit."""
-    heads, slots = scores.hits.shape
-    retrieval_slots = [k for k in range(slots) if scores.covered[k] > 0]
-    other_slots = [k for k in range(slots) if scores.covered[k] == 0]
-    match: dict[int, int] = {}
-    for j, c in _assign(scores.agreement[:, retrieval_slots]):
-        match[j] = retrieval_slots[c]
-    free = [j for j in range(heads) if j not in match]
-    for j, c in _assign(scores.mean_fit[np.ix_(free, other_slots)]):
-        match[free[j]] = other_slots[c]
-    return match
-
-
-def _unmatched_slots(block: _Block, match: dict[int, int]) -> list[SlotOperation]:
-    """The operations of the block's slots no head was matched to."""
-    taken = set(match.values())
-    return [
-        op
-        for k in range(block.n_slots)
-        if k not in taken
-        for g in GROUPS
-        if (op := block.op(k, g)) is not None
-    ]
-
-
 def _group_observation(
-    block: _Block, scores: _SlotScores, head: int, slot: int | None, group: str
+    block: Block, scores: SlotScores, head: int, slot: int | None, group: str
 ) -> GroupObservation:
     """Head ``head`` at query ``group``: its statistics and mode, and the operation of the
     slot it is matched to (``slot``; None: unmatched)."""
     s = block.stats[group]
+    op = None if slot is None else block.op(slot, group)
+    reads = block.reads[group][head]
+    if op is not None and isinstance(op.op, AggregatePositions):
+        reads = reads.subset_of(op.positions)
     base = dict(
         group=group,
         top1=float(s.top1[head]),
@@ -358,10 +247,12 @@ def _group_observation(
         entropy=float(s.entropy[head]),
         content=float(s.content[head]),
         mode=block.modes[group][head],
+        reads=reads.text,
+        keys=reads.keys,
+        offset=reads.offset,
     )
     if slot is None:
-        return GroupObservation(**base, operation=NO_OPERATION)
-    op = block.op(slot, group)
+        return GroupObservation(**base, operation=NO_OPERATION if block.n_slots else NO_PROGRAM)
     if op is None:
         return GroupObservation(**base, operation="idle")
     if op.is_retrieval:
@@ -383,7 +274,7 @@ def _group_observation(
     )
 
 
-def _head_row(block: _Block, scores: _SlotScores, head: int, slot: int | None) -> HeadRow:
+def _head_row(block: Block, scores: SlotScores, head: int, slot: int | None) -> HeadRow:
     """The row of head ``head`` matched to ``slot`` (None: unmatched)."""
     retrieves = slot is not None and scores.covered[slot]
     return HeadRow(
@@ -399,8 +290,8 @@ def _head_row(block: _Block, scores: _SlotScores, head: int, slot: int | None) -
 
 def observed_program(
     patterns: Sequence[np.ndarray],
-    program: Program,
-    x: np.ndarray,
+    program: Program | None,
+    x: np.ndarray | None = None,
     *,
     sample_index: np.ndarray | Sequence[int] | None = None,
 ) -> ObservedProgram:
@@ -409,9 +300,11 @@ def observed_program(
     Args:
         patterns: ``patterns[b]`` = ``blocks.{b}.attn.hook_pattern`` ``[n, h_b, T+1, T+1]``
             for every block b of the program (rows summing to 1).
-        program: the predicted program (``predict(task, arch).program``).
-        x: task inputs ``[n_all, T, d]``; ``sample_index`` int ``[n]`` names the rows of x
-            the patterns belong to (else x is ``[n, T, d]``, already aligned).
+        program: the predicted program (``predict(task, arch).program``), or None for a
+            model with no task: every head then gets its mode and what it reads from its
+            attention alone (operation "no predicted program").
+        x: task inputs ``[n_all, T, d]`` (needed with a program); ``sample_index`` int
+            ``[n]`` names the rows of x the patterns belong to (else x is ``[n, T, d]``).
 
     For each block b the heads are matched one-to-one to the slots of layer b+1: first
     the slots with a retrieval, maximising the total argmax agreement with the engine's
@@ -420,20 +313,30 @@ def observed_program(
     aggregation, normalised entropy for a global one, 0 for an idle slot). Heads beyond
     the slots get "no program operation".
     """
-    x = _aligned_inputs(x, sample_index)
-    n, T, _ = x.shape
-    arrays = check_patterns(patterns, n, T, program.n_layers)
+    if program is None:
+        first = np.asarray(patterns[0]) if len(patterns) else np.zeros((0, 0, 1, 1))
+        n, T = first.shape[0], first.shape[-1] - 1
+        arrays = check_patterns(patterns, n, T, len(patterns))
+        found, ops = {}, {}
+    else:
+        if x is None:
+            raise HeadsError("x: the task inputs [n, T, d] are needed beside a program")
+        x = _aligned_inputs(x, sample_index)
+        n, T, _ = x.shape
+        arrays = check_patterns(patterns, n, T, program.n_layers)
+        found = {(r.layer, r.slot, r.group): r for r in retrievals(program, x)}
+        ops = {(o.layer, o.slot, o.group): o for o in slot_operations(program)}
     queries = {"data": np.arange(T), "cls": np.array([T])}
-    found = {(r.layer, r.slot, r.group): r for r in retrievals(program, x)}
-    ops = {(o.layer, o.slot, o.group): o for o in slot_operations(program)}
     rows: list[HeadRow] = []
     unmatched: list[SlotOperation] = []
     for b, pattern in enumerate(arrays):
         stats = {g: head_statistics(pattern, queries[g]) for g in GROUPS}
         modes = {g: stats[g].modes for g in GROUPS}
-        block = _Block(b, pattern, queries, stats, modes, ops, found, len(program.layers[b]), T)
-        scores = _slot_scores(block)
-        match = _match(scores)
-        unmatched += _unmatched_slots(block, match)
+        reads = {g: head_reads(pattern, queries[g], modes[g], T) for g in GROUPS}
+        slots = 0 if program is None else len(program.layers[b])
+        block = Block(b, pattern, queries, stats, modes, reads, ops, found, slots, T)
+        scores = slot_scores(block)
+        match = match_heads(scores)
+        unmatched += unmatched_slots(block, match)
         rows += [_head_row(block, scores, j, match.get(j)) for j in range(block.heads)]
-    return ObservedProgram(T=T, n_samples=n, rows=tuple(rows), unmatched_slots=tuple(unmatched))
+    return ObservedProgram(T, n, tuple(rows), tuple(unmatched), predicted=program is not None)

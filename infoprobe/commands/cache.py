@@ -94,13 +94,19 @@ def _add_write_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_trust_argument(p)
+    add_inputs_arguments(p, "--n")
+
+
+def add_inputs_arguments(p: argparse.ArgumentParser, n_option: str) -> None:
+    """``--inputs X`` and ``--targets Y``: the user's own samples instead of a task's
+    (``n_option``: the option giving how many rows are cached)."""
     p.add_argument(
         "--inputs",
         metavar="X",
         default=None,
         help="cache these inputs instead of the task's samples: x float32 [n, T, d] as .npy, "
-        "or the dataset/tensor 'x' of an .h5 or .safetensors file (the first min(--n, n) "
-        "rows); needed for a checkpoint saved without a task",
+        f"or the dataset/tensor 'x' of an .h5 or .safetensors file (the first min({n_option}, "
+        "n) rows); needed for a checkpoint saved without a task",
     )
     p.add_argument(
         "--targets",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import non_negative_int
 from infoprobe.commands.compare import add_source_arguments, print_comparison, sources_from_args
 from infoprobe.compare.sources import checkpoint_history, compare_sources
@@ -61,12 +60,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rollout, sources = sources_from_args(args, want_patterns=args.cache is not None)
-    if sources.sets_file.task is None:
-        raise UsageError(
-            f"{args.pred}: sets given for inputs from a file, with no task: the report is "
-            "written around a task (its InfoFlow program, verdict and rates); compare these "
-            "sets with `infoprobe compare PRED.h5 --influence FLOW.h5 --out comparison.json`"
-        )
     history, extra = [], {}
     if args.checkpoint is not None:
         history, ckpt_prov = checkpoint_history(args.checkpoint, sources)

@@ -375,8 +375,9 @@ def compare_sources(
     if flow_obs is not None and dec_obs is not None and dec_obs.per_sample is not None:
         table = crosstab(flow_obs, dec_obs)
     heads = None
-    if sources.patterns is not None and sources.sets_file.task is not None:  # a program's
-        heads = observed_program(sources.patterns, predicted_program(sources.sets_file), sources.x)
+    if sources.patterns is not None:  # beside the task's program; with no task, on its own
+        program = None if sources.sets_file.task is None else predicted_program(sources.sets_file)
+        heads = observed_program(sources.patterns, program, sources.x)
     summary = None
     if null_q is not None:
         summary = null_rule(sources.instruments, sources.predicted, null_q)[1]
@@ -395,7 +396,7 @@ def checkpoint_history(
     factory, the files of its code and their hash under ``model_code``.
     """
     path = Path(checkpoint_path)
-    meta = read_checkpoint_meta(path)
+    meta = read_checkpoint_meta(path, require_task=False)
     found = {"checkpoint_sha256": meta.get("weights_sha256"), "model_code_sha256": None}
     keep = ("model_config", "task", "train_config", "metrics", "weights_sha256", "versions")
     prov = {k: meta[k] for k in keep if k in meta}

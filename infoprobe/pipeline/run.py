@@ -24,16 +24,19 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from infoprobe.base.atomic import atomic_output, locked_output
+from infoprobe.base.errors import UsageError
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_task
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.pipeline.folder import RunFolder, RunFolderError, RunStage, key_sha
+from infoprobe.pipeline.inputs import read_inputs
 from infoprobe.pipeline.settings import RunSettings, check_sites
-from infoprobe.pipeline.stages import analysis_stages
+from infoprobe.pipeline.stages import DataFiles, analysis_stages
 from infoprobe.pipeline.summary import RunSummary, run_summary
 from infoprobe.tasks import Task
 from infoprobe.train.config import NonFiniteLossError, TrainConfig
@@ -150,29 +153,48 @@ def probe_checkpoint(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     trust_code: bool = False,
+    data: DataFiles | None = None,
 ) -> RunSummary:
     """Run every analysis stage on an existing checkpoint folder.
 
     The checkpoint is used in place; only one without a task spec is copied into
-    ``out/checkpoint`` with ``task`` recorded (``task`` is required then). A checkpoint
-    naming its own model code is refused unless ``trust_code`` (:func:`load_checkpoint`).
+    ``out/checkpoint`` with ``task`` recorded (``task`` is required then, unless ``data``
+    gives the inputs). A checkpoint naming its own model code is refused unless
+    ``trust_code`` (:func:`load_checkpoint`). ``data``: inputs x from a file (their first
+    ``settings.n_cache`` rows are cached) and, for a checkpoint with no task, the sets to
+    compare with (:class:`~infoprobe.pipeline.stages.DataFiles`).
     """
     settings = settings or RunSettings()
+    data = data or DataFiles()
     source = Path(checkpoint).resolve()
     # validates, verifies the weights hash and decides trust before any output exists
-    ck = load_checkpoint(source, task=task, trust_code=trust_code)
-    ck.task.structure().check_fits(ck.task.T)
+    ck = load_checkpoint(
+        source, task=task, trust_code=trust_code, allow_no_task=data.inputs is not None
+    )
+    if ck.task is None and data.sets is None:
+        raise UsageError(
+            f"{source}: the checkpoint records no task, so there is no InfoFlow program to "
+            "compare with: give your own sets (--sets SETS.npy, bool [L+1, n, T+1, T] over "
+            "the inputs' rows), or run cache --inputs, influence and probe alone"
+        )
+    if ck.task is not None:
+        ck.task.structure().check_fits(ck.task.T)
     check_sites(list(ck.model.hook_dict), ck.model_config.n_layers, settings.sites)
+    if data.inputs is not None:  # checked (shape, dtype, finite) before any output exists
+        cfg = ck.model_config
+        rows = len(read_inputs(data.inputs, data.targets, T=cfg.n_ctx, d=cfg.d_in,
+                               d_out=cfg.d_out).x)  # fmt: skip
+        settings = replace(settings, n_cache=min(settings.n_cache, rows))
     folder = RunFolder(out, overwrite=overwrite, progress=progress, log=log)
     ckpt_key = {
         "checkpoint": str(source),
         "weights_sha256": ck.weights_sha256,
         **({"model_code_sha256": ck.model_code_sha256} if ck.model_code_sha256 else {}),
-        "task": ck.task.to_dict(),
+        "task": None if ck.task is None else ck.task.to_dict(),
     }
     stages = []
     ckpt_dir = source
-    if "task" not in read_checkpoint_meta(source, require_task=False):
+    if task is not None and "task" not in read_checkpoint_meta(source, require_task=False):
         ckpt_dir = folder.path / "checkpoint"
         stages.append(
             RunStage(
@@ -183,6 +205,8 @@ def probe_checkpoint(
                 kinds={"checkpoint": CHECKPOINT_FORMAT},
             )
         )
-    analysis = analysis_stages(folder, ckpt_dir, ckpt_key, settings, trust_code=trust_code)
+    analysis = analysis_stages(
+        folder, ckpt_dir, ckpt_key, settings, trust_code=trust_code, data=data
+    )
     folder.run([*stages, *analysis])
     return run_summary(folder, ckpt_dir)

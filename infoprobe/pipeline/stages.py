@@ -3,9 +3,11 @@ compare (with the report)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from infoprobe.attention.rollout import RolloutConfig
+from infoprobe.base.digest import file_sha256
 from infoprobe.compare.files import FORMAT as COMPARISON_FORMAT
 from infoprobe.compare.files import write_comparisons
 from infoprobe.compare.null import NULL_Q
@@ -16,6 +18,7 @@ from infoprobe.influence.file import FORMAT as INFLUENCE_FORMAT
 from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
 from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.pipeline.folder import RunFolder, RunStage
+from infoprobe.pipeline.given_sets import sets_for_cache
 from infoprobe.pipeline.predicting import predict_for_cache
 from infoprobe.pipeline.probing import run_probe
 from infoprobe.pipeline.settings import CONTROL_SEED, RunSettings
@@ -24,6 +27,31 @@ from infoprobe.report.build import FORMAT as REPORT_FORMAT
 from infoprobe.report.build import from_sources, write_report
 
 FLOW_FILES = ("flow.h5", "flow-random-init.h5")
+
+
+@dataclass(frozen=True)
+class DataFiles:
+    """A run's own data (:mod:`infoprobe.pipeline.inputs`, :mod:`.given_sets`): ``inputs``
+    x [n, T, d] and ``targets`` y instead of the task's samples, ``sets`` bool
+    [L+1, n, T+1, T] compared instead of InfoFlow's (None: the task's)."""
+
+    inputs: Path | None = None
+    targets: Path | None = None
+    sets: Path | None = None
+
+    def cache_options(self) -> dict:
+        """The inputs and targets files for the cache stages (none: the task's samples)."""
+        if self.inputs is None:
+            return {}
+        return {
+            "inputs": str(self.inputs),
+            "targets": None if self.targets is None else str(self.targets),
+        }
+
+    def key(self) -> dict:
+        """The files' SHA-256 (a stage is redone when a file changes)."""
+        named = {"inputs": self.inputs, "targets": self.targets, "sets": self.sets}
+        return {k: file_sha256(v) for k, v in named.items() if v is not None}
 
 
 def compare_and_report(
@@ -86,7 +114,9 @@ def _training_note(ckpt_prov: dict) -> str:
     if not shown:
         return "checkpoint without training metrics"
     step = f" (best at step {metrics['best_step']})" if "best_step" in metrics else ""
-    return ", ".join(shown) + step + " (as recorded in checkpoint.json)"
+    if "factory" in ckpt_prov.get("model_config", {}):  # the user's own training
+        return ", ".join(shown) + step + " (supplied in checkpoint.json, not measured by infoprobe)"
+    return ", ".join(shown) + step + " (measured by infoprobe's training, in checkpoint.json)"
 
 
 def analysis_stages(
@@ -96,12 +126,16 @@ def analysis_stages(
     settings: RunSettings,
     *,
     trust_code: bool = False,
+    data: DataFiles | None = None,
 ) -> list[RunStage]:
     """The stages after a checkpoint exists: cache, control, probe, predict, compare, report
-    (``trust_code``: the checkpoint's own code may run, as in :func:`load_checkpoint`)."""
+    (``trust_code``: the checkpoint's own code may run, as in :func:`load_checkpoint`;
+    ``data``: inputs from a file instead of the task's samples, and the user's own sets
+    instead of InfoFlow's)."""
     path = folder.path
-    cache_opts = settings.cache_options()
-    cache_key = {"checkpoint": ckpt_key, **cache_opts}
+    data = data or DataFiles()
+    cache_opts = {**settings.cache_options(), **data.cache_options()}
+    cache_key = {"checkpoint": ckpt_key, **cache_opts, **data.key()}
     control_key = {**cache_key, "random_init_seed": CONTROL_SEED}
     probe_settings = settings.probes
     probe_key = {"cache": cache_key, "control": control_key, "settings": probe_settings.to_dict()}
@@ -195,6 +229,14 @@ def analysis_stages(
             {"cache": cache_key, "orientation": "auto"},
             kinds={"pred.h5": SETS_FORMAT},
             build=lambda out: predict_for_cache(path / "acts.h5", out),
+        )
+        if data.sets is None
+        else RunStage(
+            "sets",
+            "pred.h5",
+            {"cache": cache_key, "sets": data.key()["sets"]},
+            kinds={"pred.h5": SETS_FORMAT},
+            build=lambda out: sets_for_cache(data.sets, path / "acts.h5", out),
         ),
         RunStage(
             "compare",

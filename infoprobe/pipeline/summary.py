@@ -19,7 +19,7 @@ class RunSummary:
     """What a finished run prints: model quality, verdict, agreement, where the report is."""
 
     out: Path
-    task: dict
+    task: dict | None
     heads: list[int]
     val_nmse: float | None
     test_nmse: float | None
@@ -41,11 +41,14 @@ class RunSummary:
         nmse = "n/a" if self.val_nmse is None else f"{self.val_nmse:.3g}"
         test = "n/a" if self.test_nmse is None else f"{self.test_nmse:.3g}"
         seeds = ", ".join(f"seed {s}: {v:.3g}" for s, v in self.seed_val_nmse.items())
+        task = "no task" if self.task is None else f"task {self.task['name']} {self.task['params']}"
         return [
-            f"task {self.task['name']} {self.task['params']}, heads per layer {self.heads}",
+            f"{task}, heads per layer {self.heads}",
             *([f"  seeds trained together (best analysed): {seeds}"] if seeds else []),
             f"  trained model: validation NMSE {nmse}, test NMSE {test}",
-            f"  InfoFlow: {self.verdict} (cost exponent {self.exponent})",
+            f"  sets compared: {self.verdict}"
+            if self.exponent == "n/a"
+            else f"  InfoFlow: {self.verdict} (cost exponent {self.exponent})",
             *([f"  rate: {self.rate}"] if self.rate else []),
             *([f"  orientation: {self.orientation}"] if self.orientation else []),
             *[f"  {line}" for line in self.layer_verdicts],
@@ -54,13 +57,15 @@ class RunSummary:
 
 
 def run_summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
-    meta = read_checkpoint_meta(ckpt_dir)
+    meta = read_checkpoint_meta(ckpt_dir, require_task=False)
     comparison = read_comparisons(folder.path / "comparison.json")
     sets = read_sets(folder.path / "pred.h5")
     metrics = meta.get("metrics", {})
+    task = meta.get("task")
+    given = bool(sets.provenance.get("given_sets"))
     return RunSummary(
         out=folder.path,
-        task=meta["task"],
+        task=task,
         heads=meta["model_config"]["heads"],
         val_nmse=metrics.get("val_nmse"),
         test_nmse=metrics.get("test_nmse"),
@@ -69,9 +74,11 @@ def run_summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
         layer_verdicts=list(comparison.get("headline", [])),
         report=folder.path / "report" / "report.html",
         skipped=folder.skipped,
-        orientation=recorded_orientation(sets.provenance.get("orientation")),
-        rate=predict(
-            task_from_dict(meta["task"]),
+        orientation="" if given else recorded_orientation(sets.provenance.get("orientation")),
+        rate=""
+        if task is None or given
+        else predict(
+            task_from_dict(task),
             config_from_dict(meta["model_config"]),
             kth_law=sets.prediction.get("kth_law", "tail"),
         ).rate_note(),

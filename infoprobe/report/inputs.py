@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -146,8 +147,11 @@ def from_sources(
             sources.predicted, primary.per_sample, sources.patterns
         )
     default_notes = {
-        "task": task.get("name"),
-        "task parameters": ", ".join(f"{k}={v}" for k, v in task.get("params", {}).items()),
+        "task": "none: inputs from a file" if task is None else task.get("name"),
+        "task parameters": None
+        if task is None
+        else ", ".join(f"{k}={v}" for k, v in task.get("params", {}).items()),
+        "sets compared with": sets_origin(sources),
         "heads per layer": ", ".join(map(str, arch.get("heads", []))) or None,
         "InfoFlow verdict": exponent_text(exponent),
         "comparison orientation": recorded_orientation(
@@ -170,7 +174,7 @@ def from_sources(
         n_sample_views=n_sample_views,
         history=history or [],
         provenance={**sources.provenance, **(extra_provenance or {})},
-        title=title or f"infoprobe report: {task.get('name', 'task')}",
+        title=title or f"infoprobe report: {'your own sets' if task is None else task['name']}",
         notes={**{k: v for k, v in default_notes.items() if v is not None}, **(notes or {})},
         violations=violations,
         probe=None if sources.results is None else _probe_family(sources),
@@ -189,11 +193,24 @@ def _probe_family(sources: Sources) -> str | None:
     return None
 
 
+def sets_origin(sources: Sources) -> str | None:
+    """For sets given by the user (``infoprobe sets``): which file, and how to read the
+    report's "InfoFlow" columns; None for InfoFlow's own sets."""
+    given = sources.sets_file.provenance.get("given_sets")
+    if not given:
+        return None
+    return (
+        f"your own sets, {Path(given['file']).name} (SHA-256 {given['sha256'][:16]}…), not "
+        "InfoFlow's: wherever this report says InfoFlow, read these sets"
+    )
+
+
 def exponent_of(sources: Sources) -> dict[str, Any] | None:
     """InfoFlow's verdict and cost exponent α at the run's T and E, from the predicted-sets
-    file (recomputed with the engine when the file predates ``exponent_at_T``)."""
+    file (recomputed with the engine when the file predates ``exponent_at_T``); None for
+    sets given by the user."""
     prediction = sources.sets_file.prediction
-    if not prediction.get("verdict"):
+    if not prediction.get("verdict") or sources.sets_file.provenance.get("given_sets"):
         return None
     T = int(sources.sets_file.x.shape[1])
     at_T = prediction.get("exponent_at_T")

@@ -107,9 +107,11 @@ def answer_section(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> 
         return []
     entry = found["instruments"][primary]
     verdict = found.get("verdict")
+    given = (summary.get("notes") or {}).get("sets compared with")
     parts = [
         "<div class='answer'>",
         f"<p class='verdict'>InfoFlow's sets against {escape(entry['label'])}</p>",
+        "" if not given else f"<p><strong>The sets compared</strong>: {escape(given)}.</p>",
         "" if not verdict else f"<p>InfoFlow's verdict for this architecture: "
         f"<strong>{escape(verdict)}</strong>.</p>",
         _items(found["lines"]),
@@ -273,12 +275,16 @@ def heads_section(summary: Summary) -> list[str]:
     """The observed program per head, if attention patterns were given."""
     if not summary.get("heads"):
         return []
+    beside = (
+        "beside the operation InfoFlow's program assigns it (heads matched to operations "
+        "by the best assignment of per-sample argmax agreement)"
+        if summary["heads"].get("predicted", True)
+        else "(no task, so no predicted program to match it to)"
+    )
     return [
         "<h2>The observed program, per head</h2>",
         "<p>From the attention patterns of the compared samples: each head's observed "
-        "mode beside the operation InfoFlow's program assigns it (heads matched to "
-        "operations by the best assignment of per-sample argmax agreement). Where a "
-        "head looks is not what it moves.</p>",
+        f"mode and the keys it reads {beside}. Where a head looks is not what it moves.</p>",
         heads_table(summary),
     ]
 

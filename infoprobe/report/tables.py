@@ -235,6 +235,7 @@ HEAD_COLUMNS: tuple[tuple[str, str, CellKind], ...] = (
     ("argmax agreement", "agreement", "rate"),
     ("content-blind best", "fixed_key", "rate"),
     ("mass on P", "mass_on_positions", "rate"),
+    ("reads (from attention alone)", "reads", "text"),
 )
 
 
