@@ -21,7 +21,9 @@ with mixing weights π(h, s) from the same hidden layer::
 
 trained by maximum likelihood (no negatives), every cell at once, with the budget, early
 stopping and seeding of :mod:`infoprobe.probes.batched_training` on the summed negative log
-likelihood of the mixture and of the null (the null's own, not through the mixture).
+likelihood of the mixture and of the null (the null's own, not through the mixture). On
+the CPU the hidden layer runs forward and backward in the fused kernel of the query probe
+(:mod:`infoprobe.probes.native`), the mixture by autograd on its outputs.
 
 **Pointwise V-information** of test sample i (nats; Xu et al. 2020, Ethayarajh et al.
 2022)::
@@ -59,7 +61,12 @@ import torch
 from torch import nn
 
 from infoprobe.base.fdr import FDR_Q, benjamini_hochberg, check_fdr_level
-from infoprobe.probes.batched_training import BatchedProbes, TrainingBudget, init_params
+from infoprobe.probes.batched_training import (
+    BatchedProbes,
+    TrainingBudget,
+    Workspace,
+    init_params,
+)
 from infoprobe.probes.chunked_fit import (
     DEFAULT_MAX_MEMORY_BYTES,
     ChunkedFit,
@@ -68,7 +75,10 @@ from infoprobe.probes.chunked_fit import (
     ProbeShape,
     fit_checked,
 )
+from infoprobe.probes.critic_scores import negatives_of as pair_negatives
+from infoprobe.probes.critic_scores import rank_scores as pair_rank_scores
 from infoprobe.probes.errors import SplitTooSmallError
+from infoprobe.probes.mlp import cpu_kernel
 from infoprobe.probes.validate import ArrayLike, check_positive_int
 
 __all__ = [
@@ -94,8 +104,6 @@ many; the smallest p-value is 1/(M+1)."""
 LOG_SCALE_FLOOR = -5.0
 """log σ of every component is at least this (σ ≥ 0.0067 standard deviations of x(s)), so
 an exact copy gives a large but finite density."""
-EVAL_FLOATS = 1 << 22
-"""Floats of one evaluation block (samples × candidates × positions × components × cells)."""
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -173,25 +181,74 @@ class BatchedCritic(BatchedProbes):
         self.k = k
         self.probe_shape = (len(cells),)
 
-    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Per-sample mixture parameters for standardised states ``x [c, b, E]``.
+    def readout(self, x: torch.Tensor) -> torch.Tensor:
+        """The hidden layer's outputs ``[c, S, K+3+k, b]`` for standardised states
+        ``x [c, b, E]``: GELU(W h + Q[s] + b) read out by ``w_out``. Without autograd on the
+        CPU, the fused kernel (:mod:`infoprobe.probes.native`) computes them without
+        writing the ``[c, h, S, b]`` activations."""
+        c, b, _ = x.shape
+        state = self._state(x)
+        fused = None if torch.is_grad_enabled() else cpu_kernel(x.device, self.w_out.shape[1])
+        if fused is not None:
+            out = torch.empty(c, self.w_query.shape[1], self.w_out.shape[1], b)
+            fused.forward(state, self.w_query.contiguous(), self.w_out.contiguous(),
+                          self.b_out.contiguous(), out)  # fmt: skip
+            return out
+        pre = state.unsqueeze(2) + self.w_query.transpose(1, 2).unsqueeze(3)  # [c, h, S, b]
+        n_pos = pre.shape[2]
+        act = nn.functional.gelu(pre).reshape(c, pre.shape[1], n_pos * b)
+        out = torch.baddbmm(self.b_out.unsqueeze(2), self.w_out, act)
+        return out.view(c, -1, n_pos, b).transpose(1, 2)
 
-        Returns log π ``[c, K+2, S, b]``, the positional mean ``[c, S, b, k]`` and log σ
+    def _state(self, x: torch.Tensor) -> torch.Tensor:
+        """The first layer's contribution of the state ``[c, h, b]`` (contiguous)."""
+        return torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2))
+
+    def heads(self, x: torch.Tensor, out: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """Per-sample mixture parameters for standardised states ``x [c, b, E]`` (``out``:
+        their :meth:`readout`, computed when not given).
+
+        Returns log π ``[c, S, K+2, b]``, the positional mean ``[c, S, b, k]`` and log σ
         ``[c, S, b]``, the content means and log σ ``[c, K, b, k]`` each.
         """
         c, b, _ = x.shape
         K, k = CONTENT_COMPONENTS, self.k
-        state = torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2))
-        pre = state.unsqueeze(2) + self.w_query.transpose(1, 2).unsqueeze(3)  # [c, h, S, b]
-        n_pos = pre.shape[2]
-        act = nn.functional.gelu(pre).reshape(c, pre.shape[1], n_pos * b)
-        out = torch.baddbmm(self.b_out.unsqueeze(2), self.w_out, act).view(c, -1, n_pos, b)
-        log_pi = torch.log_softmax(out[:, : K + 2], dim=1)
-        pos_mean = out[:, K + 2 : K + 2 + k].permute(0, 2, 3, 1)  # [c, S, b, k]
-        pos_log_scale = _log_scale(out[:, -1])  # [c, S, b]
+        out = self.readout(x) if out is None else out  # [c, S, K+3+k, b]
+        log_pi = torch.log_softmax(out[:, :, : K + 2], dim=2)
+        pos_mean = out[:, :, K + 2 : K + 2 + k].transpose(2, 3)  # [c, S, b, k]
+        pos_log_scale = _log_scale(out[:, :, -1])  # [c, S, b]
         content = torch.baddbmm(self.b_content.unsqueeze(2), self.w_content, x.transpose(1, 2))
         content = content.view(c, 2, K, k, b).permute(0, 1, 2, 4, 3)  # [c, 2, K, b, k]
         return log_pi, pos_mean, pos_log_scale, content[:, 0], _log_scale(content[:, 1])
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
+        """Gradients of the summed per-cell loss: the hidden layer forward and backward in
+        the fused kernel, the mixture by autograd on its small ``[c, S, K+3+k, b]`` inputs
+        (the PyTorch step of :class:`BatchedProbes` without the kernel)."""
+        fused = cpu_kernel(x.device, self.w_out.shape[1])
+        if fused is None:
+            return super().train_step(x, y, work)
+        c, b, _ = x.shape
+        hidden, n_pos = self.w_in.shape[1], self.w_query.shape[1]
+        for p in self.parameters():
+            p.grad = None
+        with torch.no_grad():
+            state = self._state(x)
+            w_query, w_out, b_out = (t.contiguous() for t in (self.w_query, self.w_out, self.b_out))
+            out = work("out", c, n_pos, w_out.shape[1], b)
+            fused.forward(state, w_query, w_out, b_out, out)
+        out = out.requires_grad_()
+        self.per_probe_loss(x, y, out).sum().backward()
+        with torch.no_grad():
+            g_state = work("g_state", c, hidden, b)
+            grads = (g_state, torch.empty_like(w_query), torch.empty_like(w_out),
+                     torch.empty_like(b_out))  # fmt: skip
+            fused.backward(state, w_query, w_out, b_out, out.grad.contiguous(), grads)
+            out.grad = None
+            out.requires_grad_(False)
+            self.w_in.grad = torch.bmm(g_state, x)
+            self.b_in.grad = g_state.sum(dim=2)
+            self.w_query.grad, self.w_out.grad, self.b_out.grad = grads[1:]
 
     def null_log_density(self, y: torch.Tensor) -> torch.Tensor:
         """log q0(y | s) for ``y [..., S, k]`` -> ``[c, ..., S]``."""
@@ -203,10 +260,13 @@ class BatchedCritic(BatchedProbes):
         )
         return torch.logsumexp(dens + log_w, dim=-1)
 
-    def pvi(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def pvi(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(log q(y | h, s), log q0(y | s)), each ``[c, b, m, S]``, of ``m`` candidates per
-        sample: standardised states ``x [c, b, E]`` and candidates ``y [b, m, S, k]``."""
-        log_pi, pos_mean, pos_ls, mean, ls = self.heads(x)
+        sample: standardised states ``x [c, b, E]`` and candidates ``y [b, m, S, k]``
+        (``out``: the states' :meth:`readout`, computed when not given)."""
+        log_pi, pos_mean, pos_ls, mean, ls = self.heads(x, out)
         null = self.null_log_density(y)  # [c, b, m, S]
         # the state's components are diagonal in the cell's own basis R y (+ log |det R|)
         y = torch.einsum("cij,bmsj->cbmsi", self.rotation, y)
@@ -220,46 +280,29 @@ class BatchedCritic(BatchedProbes):
             [null.detach().unsqueeze(1), (pos + log_det).unsqueeze(1), cont + log_det.unsqueeze(1)],
             dim=1,
         )
-        weights = log_pi.permute(0, 1, 3, 2).unsqueeze(3)  # [c, K+2, b, 1, S]
+        weights = log_pi.permute(0, 2, 3, 1).unsqueeze(3)  # [c, K+2, b, 1, S]
         return torch.logsumexp(parts + weights, dim=1), null
 
-    def per_probe_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def per_probe_loss(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Negative log likelihood per cell ``[c]``: mixture plus null, each the mean over
-        samples and positions (``x [c, b, E]``, ``y [b, S, k]`` standardised)."""
-        log_q, null = self.pvi(x, y.unsqueeze(1))
+        samples and positions (``x [c, b, E]``, ``y [b, S, k]`` standardised; ``out``:
+        the states' :meth:`readout`, computed when not given)."""
+        log_q, null = self.pvi(x, y.unsqueeze(1), out)
         return -(log_q.mean(dim=(1, 2, 3)) + null.mean(dim=(1, 2, 3)))
 
 
 def negatives_of(n: int) -> int:
     """Mismatched candidates per test sample among ``n``: min(n - 1, MAX_NEGATIVES)."""
-    return max(0, min(n - 1, MAX_NEGATIVES))
+    return pair_negatives(n, MAX_NEGATIVES)
 
 
-@torch.no_grad()
 def rank_scores(module: BatchedCritic, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
-    """Matched PVI and the count of mismatched candidates scoring at least as high.
-
-    ``x [c, n, E]``, ``y [n, S, k]`` standardised test states and targets; candidates of
-    sample i are ``y[(i + m) % n]`` for m = 0 (matched), 1, …, M. Returns
-    ``[n, c, S, 2]`` float32: (PVI, count).
-    """
-    c, n, _ = x.shape
-    n_pos = y.shape[1]
-    m = negatives_of(n) + 1
-    offsets = torch.arange(m, device=x.device)
-    per_sample = c * m * n_pos * (CONTENT_COMPONENTS + 3)
-    step = max(1, EVAL_FLOATS // per_sample)
-    out = np.empty((n, c, n_pos, 2), dtype=np.float32)
-    for start in range(0, n, step):
-        rows = torch.arange(start, min(start + step, n), device=x.device)
-        cand = y[(rows[:, None] + offsets[None, :]) % n]  # [b, m, S, k]
-        log_q, null = module.pvi(x[:, rows], cand)
-        score = log_q - null  # [c, b, m, S]
-        matched = score[:, :, 0]
-        count = (score[:, :, 1:] >= matched.unsqueeze(2)).sum(dim=2)
-        block = torch.stack([matched, count.to(matched.dtype)], dim=-1)  # [c, b, S, 2]
-        out[start : start + len(rows)] = block.transpose(0, 1).cpu().numpy()
-    return out
+    """Matched PVI and the count of mismatched candidates scoring at least as high,
+    ``[n, c, S, 2]`` (:func:`infoprobe.probes.critic_scores.rank_scores`, M =
+    :func:`negatives_of`)."""
+    return pair_rank_scores(module, x, y, MAX_NEGATIVES)
 
 
 def critic_factory(
@@ -280,9 +323,12 @@ def critic_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> Pro
     params = E * hidden + hidden + S * hidden + (K + 3 + k) * (hidden + 1)
     params += 2 * K * k * (E + 1) + k * k
     params += S * K0 * (2 * k + 1)
-    # autograd keeps the hidden layer [h, S, b] (pre-activation, activation, gradients) and
-    # the per-component densities [K+2, S, b, k]
-    activations = S * hidden * b
+    # the PyTorch step keeps the hidden layer [h, S, b] (pre-activation, activation,
+    # gradients); the fused one only its outputs and the per-component densities
+    # [K+2, S, b, k] of the mixture, with their gradients
+    outputs = S * b * (K + 3 + k) + (K + 2 + K0) * S * b * k
+    fused = cpu_kernel(torch.device("cpu"), K + 3 + k) is not None
+    activations = 2 * outputs if fused else S * hidden * b + outputs
     return ProbeDesign(
         make_module=critic_factory(S, E, hidden, k, budget.seed),
         bytes_per_cell=4 * (5 * params + shape.n * E + 2 * activations),

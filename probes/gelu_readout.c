@@ -15,6 +15,11 @@
        g_off[g, q, h]  = sum_i dL/dpre[g, q, h, i]   (overwritten; skipped when off is NULL)
        g_w[g, k, h]    = dL/dw,   g_bias[g, k] = dL/dbias       (overwritten)
 
+   gelu_readout_mode adds two modes: MODE_FORWARD writes out [G, Q, K, B] and nothing
+   else; MODE_GIVEN takes r = y (y[t(g, q), k, i] given, with SY = G Q one slice per
+   (group, query)), so the gradients are those of any loss whose dL/dout is scale * y:
+   the critic probe's mixture, whose outputs feed a density PyTorch differentiates.
+
    The query probe is G = cells, Q = SY = positions, off = the query offsets; the
    per-target MLP probes are G = cells x targets, Q = 1, SY = targets, off = the first
    layer's bias. Nothing of size Q H B is written to memory: a block of V samples is
@@ -32,6 +37,9 @@
 
 #define V 16   /* samples per block: one vector (one AVX-512 register, two AVX2 ones) */
 #define KMAX 16
+#define MODE_RESIDUAL 0  /* r = out - y: the squared-error loss and its gradients */
+#define MODE_FORWARD 1   /* write out[g, q, k, i] into out_w ([G, Q, K, B]); no loss, no grad */
+#define MODE_GIVEN 2     /* r = y: y is dL/dout / scale, for any loss of out (the critic) */
 
 typedef float vf __attribute__((vector_size(4 * V)));
 typedef int32_t vi __attribute__((vector_size(4 * V)));
@@ -96,11 +104,12 @@ static inline void gelu(vf x, vf *act, vf *slope) {
    then its residual) keeps act and slope of every block, [H][NB] vectors, and the
    residual gradient [K][NB]; the backward sweep then runs unit by unit over the blocks,
    so the K weight-gradient sums and the offset's sum of a unit stay in registers. */
-int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
-                 const float *base, const float *off, const float *w, const float *bias,
-                 const float *y, float scale, int grad, float *loss, float *g_base,
-                 float *g_off, float *g_w, float *g_bias) {
-    if (K > KMAX || K < 1) return -1;
+int gelu_readout_mode(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
+                      const float *base, const float *off, const float *w, const float *bias,
+                      const float *y, float scale, int grad, float *loss, float *g_base,
+                      float *g_off, float *g_w, float *g_bias, int mode, float *out_w) {
+    if (K > KMAX || K < 1 || mode < MODE_RESIDUAL || mode > MODE_GIVEN) return -1;
+    if (mode == MODE_FORWARD) grad = 0;
     const int64_t NB = (B + V - 1) / V;  /* blocks of samples, the last one maybe partial */
     vf *scratch = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)((2 * H + K) * NB + K * H));
     if (scratch == NULL) return -1;
@@ -117,7 +126,7 @@ int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t 
         }
         for (int64_t q = 0; q < Q; q++) {
             const float *oq = off ? off + (g * Q + q) * H : NULL;
-            const float *yq = y + ((g * Q + q) % SY) * K * B;
+            const float *yq = y ? y + ((g * Q + q) % SY) * K * B : NULL;
             for (int64_t j = 0; j < NB; j++) {  /* forward: GELU, readout, residual */
                 int64_t i0 = j * V, nv = B - i0 < V ? B - i0 : V;
                 vf out[KMAX];
@@ -129,13 +138,21 @@ int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t 
                     gelu(x, &a, &d);
                     as[h * NB + j] = a;
                     ds[h * NB + j] = d;
-                    for (int64_t k = 0; k < K; k++) out[k] += wg[k * H + h] * a;
+                    if (mode != MODE_GIVEN)
+                        for (int64_t k = 0; k < K; k++) out[k] += wg[k * H + h] * a;
+                }
+                if (mode == MODE_FORWARD) {  /* out[g, q, k, i], nothing else */
+                    float *oo = out_w + (g * Q + q) * K * B + i0;
+                    for (int64_t k = 0; k < K; k++)
+                        for (int v = 0; v < nv; v++) oo[k * B + v] = out[k][v];
+                    continue;
                 }
                 vf mask = splat(0.0f);
                 for (int v = 0; v < nv; v++) mask[v] = 1.0f;
                 for (int64_t k = 0; k < K; k++) {
                     const float *yk = yq + k * B + i0;
-                    vf r = (out[k] - (nv == V ? load(yk) : load_part(yk, nv))) * mask;
+                    vf yv = nv == V ? load(yk) : load_part(yk, nv);
+                    vf r = (mode == MODE_GIVEN ? yv : out[k] - yv) * mask;
                     loss_acc += r * r;
                     grs[k * NB + j] = scale * r;  /* 0 in the padding lanes */
                     bias_acc[k] += scale * r;
@@ -175,4 +192,13 @@ int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t 
     }
     free(scratch);
     return 0;
+}
+
+/* The MSE form above (mode MODE_RESIDUAL), the interface of the MLP and query probes. */
+int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
+                 const float *base, const float *off, const float *w, const float *bias,
+                 const float *y, float scale, int grad, float *loss, float *g_base,
+                 float *g_off, float *g_w, float *g_bias) {
+    return gelu_readout_mode(G, Q, H, B, K, SY, base, off, w, bias, y, scale, grad, loss,
+                             g_base, g_off, g_w, g_bias, MODE_RESIDUAL, NULL);
 }

@@ -1,4 +1,4 @@
-"""The fused GELU-readout kernel of the MLP and query probes, compiled at first use.
+"""The fused GELU-readout kernel of the MLP, query and critic probes, compiled at first use.
 
 One C function (``gelu_readout.c`` beside this module) runs the hidden nonlinearity, the
 readout, the residual and their gradients for a minibatch of a group of probes, without
@@ -31,6 +31,9 @@ from pathlib import Path
 import torch
 
 __all__ = ["ENV_SWITCH", "GeluReadoutKernel", "kernel", "pytorch_steps"]
+
+MODE_RESIDUAL, MODE_FORWARD, MODE_GIVEN = 0, 1, 2
+"""The C function's modes (gelu_readout.c): squared error, readout only, given dL/dout."""
 
 ENV_SWITCH = "INFOPROBE_NATIVE"
 """Environment variable: ``0`` turns the compiled kernel off (the PyTorch steps are used)."""
@@ -116,6 +119,10 @@ class GeluReadoutKernel:
         fn.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_void_p] * 5 + [ctypes.c_float, ctypes.c_int]
         fn.argtypes += [ctypes.c_void_p] * 5
         self.fn = fn
+        moded = library.gelu_readout_mode
+        moded.restype = ctypes.c_int
+        moded.argtypes = [*fn.argtypes, ctypes.c_int, ctypes.c_void_p]
+        self.moded = moded
         library.gelu_readout_kmax.restype = ctypes.c_int
         self.max_outputs = int(library.gelu_readout_kmax())
 
@@ -138,10 +145,42 @@ class GeluReadoutKernel:
         ``grads = (g_base [G, h, b], g_off [G, Q, h] or None, g_w [G, k, h], g_bias [G, k])``,
         the gradients of ``scale/2 · Σ loss``. Every tensor is float32, contiguous, on the CPU.
         """
+        self._run(MODE_RESIDUAL, base, off, w, bias, y, scale, loss, grads, None)
+
+    def forward(
+        self,
+        base: torch.Tensor,
+        off: torch.Tensor | None,
+        w: torch.Tensor,
+        bias: torch.Tensor,
+        out: torch.Tensor,
+    ) -> None:
+        """Write the readout ``out [G, Q, k, b]`` of ``GELU(base + off)`` (shapes as in
+        :meth:`__call__`); nothing else."""
+        loss = torch.empty(base.shape[0])
+        self._run(MODE_FORWARD, base, off, w, bias, None, 0.0, loss, None, out)
+
+    def backward(
+        self,
+        base: torch.Tensor,
+        off: torch.Tensor | None,
+        w: torch.Tensor,
+        bias: torch.Tensor,
+        g_out: torch.Tensor,
+        grads: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor],
+    ) -> None:
+        """The gradients ``grads`` (as in :meth:`__call__`) of any loss whose gradient with
+        respect to the readout is ``g_out [G, Q, k, b]``."""
+        G, Q = base.shape[0], 1 if off is None else off.shape[1]
+        y = g_out.view(G * Q, *g_out.shape[2:])
+        loss = torch.empty(G)
+        self._run(MODE_GIVEN, base, off, w, bias, y, 1.0, loss, grads, None)
+
+    def _run(self, mode, base, off, w, bias, y, scale, loss, grads, out) -> None:
         G, H, B = base.shape
         Q = 1 if off is None else off.shape[1]
-        K, S_y = w.shape[1], y.shape[0]
-        tensors = [base, off, w, bias, y, loss, *(grads or ())]
+        K, S_y = w.shape[1], 1 if y is None else y.shape[0]
+        tensors = [base, off, w, bias, y, loss, out, *(grads or ())]
         for t in tensors:
             if t is not None and not (
                 t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"
@@ -152,11 +191,12 @@ class GeluReadoutKernel:
             return None if t is None else t.data_ptr()
 
         g_base, g_off, g_w, g_bias = grads or (None, None, None, None)
-        status = self.fn(
+        status = self.moded(
             G, Q, H, B, K, S_y,
             *map(ptr, (base, off, w, bias, y)),
             float(scale), int(grads is not None),
             *map(ptr, (loss, g_base, g_off, g_w, g_bias)),
+            mode, ptr(out),
         )  # fmt: skip
         if status != 0:
             raise MemoryError(f"gelu_readout: k = {K} > {self.max_outputs} or no scratch memory")

@@ -18,7 +18,14 @@ from infoprobe.base.fdr import FDRLevelError
 from infoprobe.compare.instruments import corrected_errors
 from infoprobe.hooks import capture, layer_sites
 from infoprobe.pipeline.probe_settings import CRITIC_BUDGET
-from infoprobe.probes.critic import critic_members, fit_critic_probe, min_test_samples
+from infoprobe.probes import native
+from infoprobe.probes.batched_training import Workspace
+from infoprobe.probes.critic import (
+    BatchedCritic,
+    critic_members,
+    fit_critic_probe,
+    min_test_samples,
+)
 from infoprobe.probes.errors import SplitTooSmallError
 from infoprobe.probes.linear import ProbeTargets, fit_linear_probes
 from infoprobe.probes.observed import ThresholdError, Thresholds
@@ -215,3 +222,55 @@ def test_critic_refusals_from_the_shell(handset_cache, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
         assert not out.exists()
+
+
+@pytest.mark.skipif(native.kernel() is None, reason="no C compiler for the fused kernel")
+def test_the_fused_step_gives_the_gradients_autograd_gives():
+    """The critic's hand-split step (hidden layer in the fused kernel, the mixture by
+    autograd on its outputs) against autograd through the whole PyTorch forward: every
+    parameter's gradient and the evaluation loss agree to float32 rounding, at a batch
+    that is not a multiple of the kernel's 16-sample blocks."""
+    torch.manual_seed(0)
+    c, S, E, hidden, k, b = 3, 5, 7, 16, 4, 37
+    critic = BatchedCritic(range(c), S, E, hidden, k, seed=1)
+    x, y = torch.randn(c, b, E), torch.randn(b, S, k)
+    work = Workspace(torch.device("cpu"))
+    critic.train_step(x, y, work)
+    fused = {name: p.grad.clone() for name, p in critic.named_parameters()}
+    fused_loss = critic.eval_loss(x, y, work)
+    with native.pytorch_steps():
+        critic.train_step(x, y, work)
+        eager_loss = critic.eval_loss(x, y, work)
+    for name, p in critic.named_parameters():
+        torch.testing.assert_close(fused[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    torch.testing.assert_close(fused_loss, eager_loss, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("pair_floats", [1 << 24, 1 << 12])  # all candidates; a window
+def test_rank_scores_equal_the_pairs_scored_one_at_a_time(monkeypatch, pair_floats):
+    """The matrix-product scores (critic_scores) against ``BatchedCritic.pvi`` of every
+    (sample, candidate) pair written out: the same matched PVI, and the same count of
+    mismatched candidates at or above it wherever the two are not within rounding."""
+    from infoprobe.probes import critic_scores
+
+    monkeypatch.setattr(critic_scores, "PAIR_FLOATS", pair_floats)
+    torch.manual_seed(3)
+    c, S, E, hidden, k, n = 3, 5, 7, 16, 4, 41
+    critic = BatchedCritic(range(c), S, E, hidden, k, seed=2)
+    with torch.no_grad():  # states that hold some of the candidates' values
+        critic.w_content.mul_(3.0)
+        critic.b_out.add_(torch.randn_like(critic.b_out))
+    x, y = torch.randn(c, n, E), torch.randn(n, S, k)
+    for M in (n - 1, 13):
+        got = critic_scores.rank_scores(critic, x, y, M)  # [n, c, S, 2]
+        offsets = torch.arange(M + 1)
+        candidates = y[(torch.arange(n)[:, None] + offsets[None, :]) % n]  # [n, M+1, S, k]
+        with torch.no_grad():
+            log_q, null = critic.pvi(x, candidates)
+        score = (log_q - null).numpy()  # [c, n, M+1, S]
+        matched = score[:, :, 0]
+        np.testing.assert_allclose(got[..., 0], matched.transpose(1, 0, 2), atol=1e-5)
+        count = (score[:, :, 1:] >= matched[:, :, None]).sum(axis=2).transpose(1, 0, 2)
+        near = (np.abs(score[:, :, 1:] - matched[:, :, None]) < 1e-4).any(axis=2)
+        agree = (got[..., 1] == count) | near.transpose(1, 0, 2)
+        assert agree.all() and (count > 0).any() and (count < M).any()
