@@ -22,8 +22,10 @@ with mixing weights π(h, s) from the same hidden layer::
 trained by maximum likelihood (no negatives), every cell at once, with the budget, early
 stopping and seeding of :mod:`infoprobe.probes.batched_training` on the summed negative log
 likelihood of the mixture and of the null (the null's own, not through the mixture). On
-the CPU the hidden layer runs forward and backward in the fused kernel of the query probe
-(:mod:`infoprobe.probes.native`), the mixture by autograd on its outputs.
+the CPU a training step is written by hand: the hidden layer forward and backward in the
+fused kernel of the query probe, the mixture's per-sample terms in a second kernel
+(:mod:`infoprobe.probes.native`), the chain rule through the softmax, the scale floors and
+the basis in PyTorch; the test-sample ranking is :mod:`infoprobe.probes.critic_scores`.
 
 **Pointwise V-information** of test sample i (nats; Xu et al. 2020, Ethayarajh et al.
 2022)::
@@ -75,10 +77,12 @@ from infoprobe.probes.chunked_fit import (
     ProbeShape,
     fit_checked,
 )
+from infoprobe.probes.critic_scores import coefficients, features
 from infoprobe.probes.critic_scores import negatives_of as pair_negatives
 from infoprobe.probes.critic_scores import rank_scores as pair_rank_scores
 from infoprobe.probes.errors import SplitTooSmallError
 from infoprobe.probes.mlp import cpu_kernel
+from infoprobe.probes.native import GeluReadoutKernel
 from infoprobe.probes.validate import ArrayLike, check_positive_int
 
 __all__ = [
@@ -222,43 +226,99 @@ class BatchedCritic(BatchedProbes):
         return log_pi, pos_mean, pos_log_scale, content[:, 0], _log_scale(content[:, 1])
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
-        """Gradients of the summed per-cell loss: the hidden layer forward and backward in
-        the fused kernel, the mixture by autograd on its small ``[c, S, K+3+k, b]`` inputs
-        (the PyTorch step of :class:`BatchedProbes` without the kernel)."""
+        """Gradients of the summed per-cell loss (:meth:`per_probe_loss`), by hand: the
+        hidden layer forward and backward and the mixture's per-sample terms in the fused
+        kernels (:mod:`infoprobe.probes.native`), their small inputs differentiated here,
+        the null by autograd (the PyTorch step of :class:`BatchedProbes` without them)."""
         fused = cpu_kernel(x.device, self.w_out.shape[1])
         if fused is None:
             return super().train_step(x, y, work)
         c, b, _ = x.shape
-        hidden, n_pos = self.w_in.shape[1], self.w_query.shape[1]
+        n_pos = self.w_query.shape[1]
         for p in self.parameters():
             p.grad = None
+        null = self.null_log_density(y).transpose(1, 2)  # [c, S, b], with autograd
+        (-null.mean(dim=(1, 2)).sum()).backward()  # the null's own likelihood
         with torch.no_grad():
             state = self._state(x)
             w_query, w_out, b_out = (t.contiguous() for t in (self.w_query, self.w_out, self.b_out))
             out = work("out", c, n_pos, w_out.shape[1], b)
             fused.forward(state, w_query, w_out, b_out, out)
-        out = out.requires_grad_()
-        self.per_probe_loss(x, y, out).sum().backward()
-        with torch.no_grad():
-            g_state = work("g_state", c, hidden, b)
+            content = torch.baddbmm(self.b_content.unsqueeze(2), self.w_content, x.transpose(1, 2))
+            g_out, g_content, g_rotation = self._mixture_gradients(fused, out, content, null, y)
+            self.w_content.grad = torch.bmm(g_content, x)
+            self.b_content.grad = g_content.sum(dim=2)
+            self.rotation.grad = g_rotation
+            g_state = work("g_state", c, self.w_in.shape[1], b)
             grads = (g_state, torch.empty_like(w_query), torch.empty_like(w_out),
                      torch.empty_like(b_out))  # fmt: skip
-            fused.backward(state, w_query, w_out, b_out, out.grad.contiguous(), grads)
-            out.grad = None
-            out.requires_grad_(False)
+            fused.backward(state, w_query, w_out, b_out, g_out, grads)
             self.w_in.grad = torch.bmm(g_state, x)
             self.b_in.grad = g_state.sum(dim=2)
             self.w_query.grad, self.w_out.grad, self.b_out.grad = grads[1:]
 
-    def null_log_density(self, y: torch.Tensor) -> torch.Tensor:
-        """log q0(y | s) for ``y [..., S, k]`` -> ``[c, ..., S]``."""
-        c = self.null_mean.shape[0]
-        shape = (c,) + (1,) * (y.dim() - 2) + self.null_mean.shape[1:]  # [c, ..., S, K0, k]
-        log_w = torch.log_softmax(self.null_logit, dim=-1).view(shape[:-1])
-        dens = _log_normal(
-            y.unsqueeze(-2), self.null_mean.view(shape), _log_scale(self.null_log_scale).view(shape)
+    def _mixture_gradients(
+        self,
+        fused: GeluReadoutKernel,
+        out: torch.Tensor,
+        content: torch.Tensor,
+        null: torch.Tensor,
+        y: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """d loss / d (readout ``out [c, S, K+3+k, b]``, content head ``[c, 2Kk, b]``,
+        basis ``[c, k, k]``) of the mixture term of :meth:`per_probe_loss`, given the
+        null's values ``[c, S, b]`` (no autograd: the chain rule through the softmax, the
+        scale floors and the basis written out)."""
+        K, k = CONTENT_COMPONENTS, self.k
+        c, n_pos, _, b = out.shape
+        half_log = 0.5 * k * LOG_2PI
+        logits, pos_raw = out[:, :, : K + 2], out[:, :, -1]
+        pls = _log_scale(pos_raw)  # [c, S, b]
+        content = content.view(c, 2, K, k, b)
+        cls = _log_scale(content[:, 1])  # [c, K, k, b]
+        piv, civ = torch.exp(-2.0 * pls), torch.exp(-2.0 * cls)
+        log_det = torch.linalg.slogdet(self.rotation)[1]
+        inputs = (
+            torch.log_softmax(logits, dim=2),
+            out[:, :, K + 2 : K + 2 + k].contiguous(),
+            piv,
+            -k * pls - half_log,
+            content[:, 0].contiguous(),
+            civ,
+            -cls.sum(dim=2) - half_log,
+            torch.einsum("cij,bsj->csib", self.rotation, y).contiguous(),
+            null.detach().contiguous(),
+            log_det.contiguous(),
         )
-        return torch.logsumexp(dens + log_w, dim=-1)
+        g = tuple(torch.empty_like(t) for t in (*inputs[:8], log_det))
+        fused.mixture(inputs, -1.0 / (b * n_pos), g)
+        g_lp, g_pm, g_piv, g_pn, g_cm, g_civ, g_cn, g_z, g_ld = g
+        g_out = torch.empty_like(out)
+        g_out[:, :, : K + 2] = g_lp - torch.softmax(logits, dim=2) * g_lp.sum(dim=2, keepdim=True)
+        g_out[:, :, K + 2 : K + 2 + k] = g_pm
+        floor = torch.sigmoid(pos_raw - LOG_SCALE_FLOOR)  # d log σ / d raw
+        g_out[:, :, -1] = (-2.0 * piv * g_piv - k * g_pn) * floor
+        g_content = torch.empty_like(content)
+        g_content[:, 0] = g_cm
+        floor = torch.sigmoid(content[:, 1] - LOG_SCALE_FLOOR)
+        g_content[:, 1] = (-2.0 * civ * g_civ - g_cn.unsqueeze(2)) * floor
+        g_rotation = torch.einsum("csib,bsj->cij", g_z, y)
+        g_rotation += g_ld.view(c, 1, 1) * torch.linalg.inv(self.rotation).transpose(1, 2)
+        return g_out, g_content.view(c, 2 * K * k, b), g_rotation
+
+    def null_log_density(self, y: torch.Tensor) -> torch.Tensor:
+        """log q0(y | s) for ``y [..., S, k]`` -> ``[c, ..., S]``: per position one product
+        of the points' features with every cell's components
+        (:func:`~infoprobe.probes.critic_scores.features`)."""
+        c, n_pos, K0, _ = self.null_mean.shape
+        lead = y.shape[:-2]
+        phi = features(y.reshape(-1, n_pos, self.k)).transpose(0, 1)  # [S, N, F]
+        coef = coefficients(self.null_mean, _log_scale(self.null_log_scale))  # [c, S, K0, F]
+        coef = coef.permute(1, 3, 0, 2).reshape(n_pos, phi.shape[2], c * K0)
+        dens = torch.bmm(phi, coef).view(n_pos, -1, c, K0)
+        log_w = torch.log_softmax(self.null_logit, dim=-1).transpose(0, 1).unsqueeze(1)
+        out = torch.logsumexp(dens + log_w, dim=-1)  # [S, N, c]
+        return out.permute(2, 1, 0).reshape(c, *lead, n_pos)
 
     def pvi(
         self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None

@@ -202,3 +202,109 @@ int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t 
     return gelu_readout_mode(G, Q, H, B, K, SY, base, off, w, bias, y, scale, grad, loss,
                              g_base, g_off, g_w, g_bias, MODE_RESIDUAL, NULL);
 }
+
+/* ---- the critic probe's mixture: responsibilities and gradients, fused -----------------
+
+   For C cells, S positions, P = KC + 2 mixture parts (null, positional, KC content), k
+   coordinates and B samples (float32, C order), per (c, s, i):
+
+       q_pos  = sum_a (z[c,s,a,i] - pm[c,s,a,i])^2 piv[c,s,i]
+       q_j    = sum_a (z[c,s,a,i] - cm[c,j,a,i])^2 civ[c,j,a,i]          (j < KC)
+       part_0 = lp[c,s,0,i] + nul[c,s,i]
+       part_1 = lp[c,s,1,i] + pn[c,s,i] - q_pos / 2 + ld[c]
+       part_j = lp[c,s,2+j,i] + cn[c,j,i] - q_j / 2 + ld[c]
+       r      = softmax over the P parts (the responsibilities)
+
+   and for L = scale * sum log(sum_p exp(part_p)) the gradients with respect to lp, pm,
+   piv, pn, z (per element, overwritten), cm, civ, cn (summed over s, overwritten) and ld
+   (summed, overwritten). Every exp has a non-positive argument (part - max). */
+int critic_mixture(int64_t C, int64_t S, int64_t KC, int64_t k, int64_t B,
+                   const float *lp, const float *pm, const float *piv, const float *pn,
+                   const float *cm, const float *civ, const float *cn, const float *z,
+                   const float *nul, const float *ld, float scale,
+                   float *g_lp, float *g_pm, float *g_piv, float *g_pn, float *g_cm,
+                   float *g_civ, float *g_cn, float *g_z, float *g_ld) {
+    const int64_t P = KC + 2;
+    if (KC < 1 || KC > KMAX - 2 || k < 1 || k > KMAX) return -1;
+    memset(g_cm, 0, sizeof(float) * (size_t)(C * KC * k * B));
+    memset(g_civ, 0, sizeof(float) * (size_t)(C * KC * k * B));
+    memset(g_cn, 0, sizeof(float) * (size_t)(C * KC * B));
+    for (int64_t c = 0; c < C; c++) {
+        vf ld_acc = splat(0.0f);
+        const float ldc = ld[c];
+        for (int64_t s = 0; s < S; s++) {
+            const int64_t cs = c * S + s;
+            for (int64_t i0 = 0; i0 < B; i0 += V) {
+                const int64_t nv = B - i0 < V ? B - i0 : V;
+#define LD(p) (nv == V ? load(p) : load_part(p, nv))
+                vf zz[KMAX], part[KMAX], dpos[KMAX], dc[KMAX - 2][KMAX];
+                for (int64_t a = 0; a < k; a++) zz[a] = LD(z + (cs * k + a) * B + i0);
+                vf iv = LD(piv + cs * B + i0), qpos = splat(0.0f);
+                for (int64_t a = 0; a < k; a++) {
+                    dpos[a] = zz[a] - LD(pm + (cs * k + a) * B + i0);
+                    qpos += dpos[a] * dpos[a] * iv;
+                }
+                part[0] = LD(lp + (cs * P) * B + i0) + LD(nul + cs * B + i0);
+                part[1] = LD(lp + (cs * P + 1) * B + i0) + LD(pn + cs * B + i0) - 0.5f * qpos + ldc;
+                for (int64_t j = 0; j < KC; j++) {
+                    const int64_t cj = c * KC + j;
+                    vf q = splat(0.0f);
+                    for (int64_t a = 0; a < k; a++) {
+                        dc[j][a] = zz[a] - LD(cm + (cj * k + a) * B + i0);
+                        q += dc[j][a] * dc[j][a] * LD(civ + (cj * k + a) * B + i0);
+                    }
+                    part[2 + j] = LD(lp + (cs * P + 2 + j) * B + i0) + LD(cn + cj * B + i0)
+                                  - 0.5f * q + ldc;
+                }
+                vf top = part[0];
+                for (int64_t p = 1; p < P; p++) top = (vf)((vi)(part[p] > top) & (vi)part[p]
+                                                           | ~(vi)(part[p] > top) & (vi)top);
+                vf total = splat(0.0f);
+                for (int64_t p = 0; p < P; p++) {
+                    part[p] = exp_nonpositive(part[p] - top);
+                    total += part[p];
+                }
+                vf mask = splat(0.0f);
+                for (int v = 0; v < nv; v++) mask[v] = 1.0f;
+                vf w = scale * mask / total;  /* dL/dpart_p = w * exp(part_p - top) */
+                vf gz[KMAX];
+                for (int64_t p = 0; p < P; p++) part[p] *= w;
+#define ST(p, v) do { float *q_ = (p); vf v_ = (v); \
+                      if (nv == V) store(q_, v_); else for (int u = 0; u < nv; u++) q_[u] = v_[u]; \
+                  } while (0)
+                for (int64_t p = 0; p < P; p++) ST(g_lp + (cs * P + p) * B + i0, part[p]);
+                ST(g_pn + cs * B + i0, part[1]);
+                vf sq = splat(0.0f);
+                for (int64_t a = 0; a < k; a++) {
+                    sq += dpos[a] * dpos[a];
+                    vf g = -part[1] * dpos[a] * iv;  /* dL/dz_a from the positional part */
+                    gz[a] = g;
+                    ST(g_pm + (cs * k + a) * B + i0, -g);
+                }
+                ST(g_piv + cs * B + i0, -0.5f * part[1] * sq);
+                vf used = part[1];
+                for (int64_t j = 0; j < KC; j++) {
+                    const int64_t cj = c * KC + j;
+                    used += part[2 + j];
+                    float *gcn = g_cn + cj * B + i0;
+                    vf prev = LD(gcn);
+                    ST(gcn, prev + part[2 + j]);
+                    for (int64_t a = 0; a < k; a++) {
+                        const int64_t at = (cj * k + a) * B + i0;
+                        vf civa = LD(civ + at), d = dc[j][a];
+                        vf g = -part[2 + j] * d * civa;
+                        gz[a] += g;
+                        ST(g_cm + at, LD(g_cm + at) - g);
+                        ST(g_civ + at, LD(g_civ + at) - 0.5f * part[2 + j] * d * d);
+                    }
+                }
+                for (int64_t a = 0; a < k; a++) ST(g_z + (cs * k + a) * B + i0, gz[a]);
+                ld_acc += used;
+#undef LD
+#undef ST
+            }
+        }
+        g_ld[c] = sum(ld_acc);
+    }
+    return 0;
+}

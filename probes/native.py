@@ -1,8 +1,10 @@
-"""The fused GELU-readout kernel of the MLP, query and critic probes, compiled at first use.
+"""The fused kernels of the MLP, query and critic probes, compiled at first use.
 
-One C function (``gelu_readout.c`` beside this module) runs the hidden nonlinearity, the
-readout, the residual and their gradients for a minibatch of a group of probes, without
-writing the ``[.., h, b]`` activations to memory (see the C file for the exact contract).
+One C file (``gelu_readout.c`` beside this module): ``gelu_readout`` runs the hidden
+nonlinearity, the readout, the residual and their gradients for a minibatch of a group of
+probes without writing the ``[.., h, b]`` activations to memory (its modes also give the
+readout alone, or the gradients for a given dL/dout); ``critic_mixture`` the critic's
+mixture responsibilities and gradients (see the C file for the exact contracts).
 On first use it is compiled with the system C compiler (``$CC``, default ``cc``) for this
 machine (``-O3 -march=native``) into ``$XDG_CACHE_HOME/infoprobe/kernels`` (default
 ``~/.cache/infoprobe/kernels``), under a name that hashes the source, the compiler, the
@@ -123,6 +125,11 @@ class GeluReadoutKernel:
         moded.restype = ctypes.c_int
         moded.argtypes = [*fn.argtypes, ctypes.c_int, ctypes.c_void_p]
         self.moded = moded
+        mixture = library.critic_mixture
+        mixture.restype = ctypes.c_int
+        mixture.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 10 + [ctypes.c_float]
+        mixture.argtypes += [ctypes.c_void_p] * 9
+        self.mixture_fn = mixture
         library.gelu_readout_kmax.restype = ctypes.c_int
         self.max_outputs = int(library.gelu_readout_kmax())
 
@@ -175,6 +182,25 @@ class GeluReadoutKernel:
         y = g_out.view(G * Q, *g_out.shape[2:])
         loss = torch.empty(G)
         self._run(MODE_GIVEN, base, off, w, bias, y, 1.0, loss, grads, None)
+
+    def mixture(
+        self, inputs: tuple[torch.Tensor, ...], scale: float, grads: tuple[torch.Tensor, ...]
+    ) -> None:
+        """The critic's mixture gradients (``critic_mixture`` in the C file): ``inputs`` =
+        (lp ``[c, S, K+2, b]``, pm ``[c, S, k, b]``, piv ``[c, S, b]``, pn ``[c, S, b]``, cm
+        ``[c, K, k, b]``, civ ``[c, K, k, b]``, cn ``[c, K, b]``, z ``[c, S, k, b]``, null
+        ``[c, S, b]``, ld ``[c]``); ``grads`` = tensors of the shapes of the first eight and
+        of ld, overwritten with the gradients of ``scale`` times the summed log mixture."""
+        for t in (*inputs, *grads):
+            if not (t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"):
+                raise ValueError("critic_mixture: every tensor must be float32, contiguous, CPU")
+        c, n_pos, k, b = inputs[1].shape
+        status = self.mixture_fn(
+            c, n_pos, inputs[4].shape[1], k, b,
+            *(t.data_ptr() for t in inputs), float(scale), *(t.data_ptr() for t in grads),
+        )  # fmt: skip
+        if status != 0:
+            raise ValueError(f"critic_mixture: k = {k} or K = {inputs[4].shape[1]} too large")
 
     def _run(self, mode, base, off, w, bias, y, scale, loss, grads, out) -> None:
         G, H, B = base.shape

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from infoprobe.attention.program import NO_PROGRAM
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.observations import Observations, scope_masks
 from infoprobe.compare.verdicts import percent
@@ -174,10 +175,11 @@ def violation_lines(
                     entry = ops.get((layer - 1, head))
                     if entry is not None:
                         g = entry[group]
-                        text += (
-                            f" (observed at the {label if group == 'cls' else 'data'} queries: "
-                            f"{g['mode']}, where InfoFlow's program has: {g['operation']})"
-                        )
+                        where = label if group == "cls" else "data"
+                        program = "" if g["operation"] == NO_PROGRAM else (
+                            f", where InfoFlow's program has: {g['operation']}"
+                        )  # fmt: skip
+                        text += f" (observed at the {where} queries: {g['mode']}{program})"
             else:
                 text += " (layer 0: the embedding, before any block)"
             parts.append(text)

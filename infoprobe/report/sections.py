@@ -108,9 +108,10 @@ def answer_section(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> 
     entry = found["instruments"][primary]
     verdict = found.get("verdict")
     given = (summary.get("notes") or {}).get("sets compared with")
+    who = "Your sets" if given else "InfoFlow's sets"
     parts = [
         "<div class='answer'>",
-        f"<p class='verdict'>InfoFlow's sets against {escape(entry['label'])}</p>",
+        f"<p class='verdict'>{who} against {escape(entry['label'])}</p>",
         "" if not given else f"<p><strong>The sets compared</strong>: {escape(given)}.</p>",
         "" if not verdict else f"<p>InfoFlow's verdict for this architecture: "
         f"<strong>{escape(verdict)}</strong>.</p>",
