@@ -198,6 +198,7 @@ def test_probe_critic_end_to_end_writes_what_compare_reads(handset_cache):
     keep = np.broadcast_to(~near_ties(test)[None, :, :, None] & ~np.eye(T + 1, T, dtype=bool),
                            truth.shape)  # fmt: skip
     precision, recall = scores(obs.per_sample[1], truth[1], keep[1])
+    print(f"\nend to end: P {precision:.3f} R {recall:.3f}")
     assert precision >= 0.95 and recall >= 0.95
     share = results.score("share", probe="critic")
     assert np.allclose(share, obs.per_sample.mean(axis=1))  # the stored share is the sets'
