@@ -85,7 +85,10 @@ def test_quick_profiles_use_the_documented_settings():
 
 def test_every_profile_builds_and_states_its_departures():
     for claim in CLAIMS.values():
-        extra = {"headline"} if claim.name == "intrinsic-dim" else set()
+        extra = {
+            "intrinsic-dim": {"headline"},
+            "cost-law": {"separation-pilot"},
+        }.get(claim.name, set())
         assert set(claim.profiles) == {"quick", "paper"} | extra
         for prof in claim.profiles.values():
             specs = claim.runs(prof)
@@ -668,3 +671,20 @@ def test_load_results_refuses_other_files_and_newer_schemas_by_name(tmp_path):
     # schema 1 kept its version in format_version and is still read
     path.write_text(json.dumps({"format": RESULTS_FORMAT, "format_version": 1, "configs": []}))
     assert load_results(path)["configs"] == []
+
+
+def test_the_separation_pilot_sits_where_infoflow_separates_the_architectures():
+    """At the pilot's T the engine gives (2,2) alpha 1 and (1,2) alpha 3 (T d / E - 1 with
+    T 32, d 4, E 32), so the slope ratio the sweep measures is 1/3, not 1."""
+    from infoprobe.infoflow import predict
+
+    prof = CLAIMS["cost-law"].profile("separation-pilot")
+    alphas = {}
+    for point in prof.points:
+        problem, model = point.build_task(), point.model_config()
+        assert (problem.T, problem.d, model.d_model) == (32, 4, 32)
+        assert model.d_mlp == model.d_readout == point.coords["width"]
+        alphas[model.heads] = predict(problem, model).exponent(problem.T)
+    assert alphas == {(2, 2): 1, (1, 2): 32 * 4 / 32 - 1}
+    assert {p.coords["width"] for p in prof.points} == {16, 256}
+    assert sum(p.seeds or prof.seeds for p in prof.points) == 8

@@ -74,7 +74,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=sorted({name for claim in CLAIMS.values() for name in claim.profiles}),
         default="quick",
         help="quick: 2-core CPU sizes; paper: the paper's sizes; headline (intrinsic-dim "
-        "only): the paper profile's D=2 cell at T=64 (default: quick)",
+        "only): the paper profile's D=2 cell at T=64; separation-pilot (cost-law only): "
+        "the first points of the T=32 capacity sweep (default: quick)",
     )
     p.add_argument(
         "--seeds",

@@ -243,6 +243,30 @@ PAPER = Profile(
     checks=rate_checks((16, 32, 64), PAPER_HEADS),
 )
 
+SEPARATION_T = 32
+SEPARATION_TRAIN = PAPER_TRAIN
+"""The headline cell's recipe (the paper's lr 1e-3, warm-up 100, 50k steps): the one
+measured at T >= 32 to separate (2,2) from one head fewer."""
+PILOT_WIDTHS = (16, 256)
+PILOT_SEEDS = 2
+
+PILOT = Profile(
+    name="separation-pilot",
+    seeds=PILOT_SEEDS,
+    points=tuple(
+        intrinsic_points(SEPARATION_T, QUICK_HEADS, PILOT_WIDTHS, SEPARATION_TRAIN, PILOT_SEEDS)
+    ),
+    departures=(
+        f"the first points of the separation sweep (T={SEPARATION_T}, alpha 1 against 3): "
+        f"widths {PILOT_WIDTHS}, {PILOT_SEEDS} seeds, (2,2) and (1,2) only; their "
+        "seed-to-seed spread sets the sweep's seed and width counts (docs/reproduction.md)",
+        "the headline cell's recipe (lr 1e-3, warm-up 100, 50k steps of 256 fresh samples), "
+        "weights at half the LeCun scale",
+        "E=32: our choice",
+    ),
+    expected_runtime="measured by --estimate: see docs/reproduction.md, 'The separation sweep'",
+)
+
 CLAIM = Claim(
     name="cost-law",
     title="The cost law as a rate: fitted exponents of NMSE against parameters beside alpha",
@@ -251,6 +275,6 @@ CLAIM = Claim(
         "O(eps^(1 - T0 d / E)) parameters (Theorem 3); a one-head-short intrinsic-dim model "
         "pools T tokens, alpha = max(1, T d / E - 1)."
     ),
-    profiles={"quick": QUICK, "paper": PAPER},
+    profiles={"quick": QUICK, "paper": PAPER, "separation-pilot": PILOT},
     figures=rate_figures((16, 32, 64)),
 )
