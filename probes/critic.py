@@ -123,6 +123,17 @@ def min_test_samples(q: float) -> int:
     return math.ceil(10.0 / check_fdr_level(q))
 
 
+def check_test_split(n_test: int, q: float = FDR_Q) -> None:
+    """:class:`SplitTooSmallError` when ``n_test`` test samples are fewer than the rank
+    null at level ``q`` needs (:func:`min_test_samples`)."""
+    need = min_test_samples(q)
+    if n_test < need:
+        raise SplitTooSmallError(
+            f"test split: the critic's rank null at q = {q} needs at least {need} test "
+            f"samples (10 / q), got {n_test}; use more samples or a larger test fraction"
+        )
+
+
 def _log_scale(raw: torch.Tensor) -> torch.Tensor:
     """Unconstrained outputs -> log σ ≥ :data:`LOG_SCALE_FLOOR` (≈ raw above 0)."""
     return LOG_SCALE_FLOOR + nn.functional.softplus(raw - LOG_SCALE_FLOOR)
@@ -465,13 +476,8 @@ def fit_critic_probe_sets(
     same shapes (a probe and its controls) with the same splits and budget, in one worker
     pool; one fit per dataset, each equal to its own :func:`fit_critic_probe`."""
     hidden = check_positive_int(hidden, "hidden")
-    need = min_test_samples(q)
     n_test = len(np.asarray(test_idx).reshape(-1))
-    if n_test < need:
-        raise SplitTooSmallError(
-            f"test split: the critic's rank null at q = {q} needs at least {need} test "
-            f"samples (10 / q), got {n_test}; use more samples or a larger test fraction"
-        )
+    check_test_split(n_test, q)
     budget = TrainingBudget() if budget is None else budget
     engines, _, split = fit_checked(
         datasets,

@@ -28,13 +28,12 @@ REQUIRED_FIELDS = ("T", "d", "seed")
 """Every task has them: the model reads T and d, ``seed`` fixes the task's own draws."""
 RESERVED_PARAMETERS = frozenset(
     """batch_size budget_minutes cache cache_batch checkpoint command compile d_head d_mlp
-    d_model d_readout
-    data_seed device dtype E eval_every func grad_clip grid grid_T grid_heads heads help
-    init_gain inputs json kth_law layer_norm layers lr n_cache n_test n_train n_val no_residual
-    no_rollout null_q orientation out overwrite parser_defaults patience plot pos_encoding
-    probe quiet residual restart rollout samples seeds sets sites state_every steps targets task
-    task_seed
-    threads trust_code warmup weight_decay""".split()
+    d_model d_readout data_seed device dtype E eval_every func grad_clip grid grid_heads
+    grid_T heads help init_gain inputs json kth_law layer_norm layers linear_beside lr
+    n_cache n_test n_train n_val no_linear_beside no_residual no_rollout null_q
+    orientation out overwrite parser_defaults patience plot pos_encoding probe quiet
+    residual restart rollout samples seeds sets sites state_every steps targets task
+    task_seed threads trust_code warmup weight_decay""".split()
 )
 """Names the commands taking ``--task`` (predict, train, run, probe-checkpoint) use for
 their own options and defaults; a task parameter ``P`` becomes option ``--P``, so it may

@@ -9,6 +9,8 @@ ask "what is x(s)?" of a fixed or queried position, miss the content-selected ke
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 import torch
@@ -159,38 +161,65 @@ def test_bad_input_is_one_clear_line():
 def handset_cache(tmp_path_factory):
     """An activation cache of the hand-set model (layer sites), and one without them."""
     from infoprobe.hooks import write_cache
+    from infoprobe.model import InfoFlowTransformer
 
     root = tmp_path_factory.mktemp("critic")
     model = handset_model(T=T, d=D, position=POSITION)
+    torch.manual_seed(7)
+    untrained = InfoFlowTransformer(model.cfg)  # the random-init control: same architecture
     x = np.random.default_rng(3).standard_normal((1400, T, D)).astype(np.float32)
-    provenance = {"model_config": model.cfg.to_dict(), "data_spec": {"source": "test"}}
+    digest = hashlib.sha256(x.tobytes()).hexdigest()  # as if read from an inputs file
+    spec = {"n": len(x), "task": None, "inputs": {"file": "x.npy", "sha256": digest}}
+    provenance = {"model_config": model.cfg.to_dict(), "data_spec": spec}
     paths = {}
-    for name, sites in (("acts.h5", "residual"), ("attention.h5", "attention")):
+    for name, sites, net in (
+        ("acts.h5", "residual", model),
+        ("attention.h5", "attention", model),
+        ("control.h5", "residual", untrained),
+    ):
         write_cache(
             root / name,
-            model,
+            net,
             lambda b, size: (x[b * 700 : b * 700 + size], np.zeros((size, 1), np.float32)),
             n=len(x),
             batch_size=700,
             sites=sites,
-            provenance=provenance,
+            provenance={**provenance, **({"random_init_seed": 7} if net is untrained else {})},
             progress=False,
         )
         paths[name] = root / name
     return root, x, paths
 
 
-def test_probe_critic_end_to_end_writes_what_compare_reads(handset_cache):
-    from infoprobe.compare.instruments import decodability
-    from infoprobe.compare.null import null_sets
+@pytest.fixture(scope="module")
+def probed(handset_cache):
+    """The critic (with its random-init control) and the linear probe on the hand-set
+    cache, and the model's true per-sample sets over its samples as an `infoprobe sets`
+    file: root, x, {file: path}."""
+    from infoprobe.pipeline.given_sets import sets_for_cache
     from infoprobe.pipeline.probing import ProbeSettings, run_probe
-    from infoprobe.probes.results import ProbeResults
 
     root, x, paths = handset_cache
-    settings = ProbeSettings(probe="critic", fractions=(0.7, 0.1, 0.2))
-    assert settings.budget == CRITIC_BUDGET
-    run_probe(paths["acts.h5"], root / "critic.h5", settings=settings, progress=False)
-    results = ProbeResults.read(root / "critic.h5")
+    files = {"pred": root / "pred.h5"}
+    for family in ("critic", "linear"):
+        files[family] = root / f"{family}.h5"
+        settings = ProbeSettings(probe=family, fractions=(0.7, 0.1, 0.2))
+        run_probe(paths["acts.h5"], files[family], control_path=paths["control.h5"],
+                  settings=settings, progress=False)  # fmt: skip
+    np.save(root / "true.npy", true_sets(x, position=POSITION)[..., :T])
+    sets_for_cache(root / "true.npy", paths["acts.h5"], files["pred"])
+    return root, x, {**paths, **files}
+
+
+def test_probe_critic_end_to_end_writes_what_compare_reads(probed):
+    from infoprobe.compare.instruments import decodability
+    from infoprobe.compare.null import null_sets
+    from infoprobe.pipeline.probing import ProbeSettings
+    from infoprobe.probes.results import ProbeResults
+
+    _, x, paths = probed
+    assert ProbeSettings(probe="critic").budget == CRITIC_BUDGET
+    results = ProbeResults.read(paths["critic"])
     test = x[results.test_index]
     obs = decodability(results, test)
     assert obs.member_when == "above" and obs.null_p is not None
@@ -206,6 +235,59 @@ def test_probe_critic_end_to_end_writes_what_compare_reads(handset_cache):
     found = null_sets({"decodability": obs})["decodability"]
     np.testing.assert_array_equal(found.per_sample, obs.per_sample)  # the same BH family
     assert results.settings["mlp_lr"] == CRITIC_BUDGET.lr
+
+
+def test_the_critics_random_init_control_is_per_sample_on_the_same_test_samples(probed):
+    """The control instrument holds the random-init fit's own PVI and p-values, its sets
+    are Benjamini–Hochberg per (layer, token, position) over the test samples (computed
+    here by hand), and the untrained model's states do not rank the true sets."""
+    from infoprobe.compare.instruments import random_init_control
+    from infoprobe.compare.sources import compare_sources, load_sources
+    from infoprobe.probes.results import ProbeResults
+
+    paths = probed[2]
+    results = ProbeResults.read(paths["critic"])
+    control = random_init_control(results)
+    assert control.control_of == "decodability" and control.instrument.endswith("(random-init)")
+    p = control.null_p
+    q = results.thresholds["q"]
+    by_hand = np.zeros(p.shape, dtype=bool)
+    for layer, token, pos in np.ndindex(p.shape[0], p.shape[2], p.shape[3]):
+        column = p[layer, :, token, pos]
+        order = np.sort(column)
+        passing = np.flatnonzero(order <= q * np.arange(1, len(order) + 1) / len(order))
+        if passing.size:
+            by_hand[layer, :, token, pos] = column <= order[passing[-1]]
+    np.testing.assert_array_equal(control.per_sample, by_hand)
+    assert ProbeResults.read(paths["linear"]).sample_scores == {}  # no per-sample control
+    assert random_init_control(ProbeResults.read(paths["linear"])) is None
+
+    sources = load_sources(paths["pred"], paths["critic"], beside=[paths["linear"]])
+    assert list(sources.instruments) == [
+        "decodability",
+        "decodability (random-init)",
+        "decodability (linear probe)",
+    ]
+    compared = compare_sources(sources).comparisons
+    auroc = {name: c["infoflow"].auroc(1) for name, c in compared.items()}
+    print(f"\nlayer 1 AUROC against the true sets: {auroc}")
+    assert auroc["decodability"] >= 0.95
+    assert auroc["decodability (random-init)"] < auroc["decodability"] - 0.3
+    alone = compare_sources(load_sources(paths["pred"], paths["linear"])).comparisons
+    assert auroc["decodability (linear probe)"] == alone["decodability"]["infoflow"].auroc(1)
+    headline = compare_sources(sources).headline()[1]
+    assert headline.startswith("layer 1: decodability (critic probe) AUROC")
+    assert "(random-init " in headline and "decodability (linear probe) AUROC" in headline
+
+
+def test_probes_beside_are_refused_when_they_cannot_line_up(probed):
+    from infoprobe.compare.sources import SourceError, load_sources
+
+    paths = probed[2]
+    with pytest.raises(SourceError, match="need the main ones"):
+        load_sources(paths["pred"], None, beside=[paths["linear"]], influence_paths=["f.h5"])
+    with pytest.raises(SourceError, match="a second probe results file for instrument"):
+        load_sources(paths["pred"], paths["linear"], beside=[paths["linear"]])
 
 
 def test_critic_refusals_from_the_shell(handset_cache, capsys):

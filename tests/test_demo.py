@@ -1,5 +1,6 @@
 """The demo puts a (D, D) and a (D-1, D) model side by side with InfoFlow's verdicts."""
 
+import json
 import re
 from dataclasses import replace
 from html import unescape
@@ -14,8 +15,13 @@ from infoprobe.tasks import make_task
 pytestmark = pytest.mark.usefixtures("blank_report_figures")  # not the figures under test
 
 
+def num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def test_demo_index_shows_both_models_verdicts_and_links(tmp_path):
-    cfg = replace(DemoConfig(), T=5, steps=30, n_cache=600, batch_size=64)
+    cfg = replace(DemoConfig(), T=5, steps=30, n_cache=1400, batch_size=64)
+    assert cfg.probe == "critic"  # the demo's decodability probe, the linear one beside
     summaries, index = run_demo(tmp_path / "demo", cfg, parallel=False)
     assert [tuple(s.heads) for s in summaries] == [(2, 2), (1, 2)]
     task = make_task("intrinsic-dim", D=2, T=5)
@@ -36,6 +42,22 @@ def test_demo_index_shows_both_models_verdicts_and_links(tmp_path):
         assert s.layer_verdicts[0].startswith("layer 0: nothing predicted besides")
         assert all(
             line.startswith(f"layer {i}: flow AUROC")
+            and "decodability (critic probe) AUROC" in line
+            and "decodability (linear probe) AUROC" in line
             for i, line in enumerate(s.layer_verdicts)
             if i > 0
         )
+        assert (s.out / "probes-linear.h5").is_file()
+        answer = json.loads((s.out / "report" / "summary.json").read_text())["answer"]
+        critic, linear = (
+            answer["instruments"][k] for k in ("decodability", "decodability (linear probe)")
+        )
+        for layer in answer["layers"]:  # the page's decodability sentence, from the summary
+            shown = (
+                f"layer {layer} <b>{num(critic['auroc']['infoflow'][layer])}</b> (random-init "
+                f"{num(critic['control_auroc'][layer])}, rollout "
+                f"{num(critic['auroc']['rollout'][layer])}, linear probe "
+                f"{num(linear['auroc']['infoflow'][layer])})"
+            )
+            assert shown in html
+    assert html.count("Decodability (critic probe) AUROC of InfoFlow's sets") == 2

@@ -223,7 +223,7 @@ def test_your_sets_against_flow_from_the_shell(monkeypatch, capsys, files, tmp_p
     assert main(["probe", str(acts), "--control", str(control), "--out", str(probes)]) == 0
     capsys.readouterr()
     assert main(["compare", str(pred), str(probes), "--influence", str(flow)]) == 0
-    assert "decodability AUROC" in capsys.readouterr().out
+    assert "decodability (linear probe) AUROC" in capsys.readouterr().out
     # the report takes the task-less sets; its heads are named from attention alone
     rep = tmp_path / "rep"
     assert main(["report", str(pred), str(probes), "--influence", str(flow), "--cache",

@@ -67,6 +67,15 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         help="probe results (infoprobe probe): the decodability instrument",
     )
     parser.add_argument(
+        "--beside",
+        metavar="PROBES.h5",
+        action="append",
+        default=[],
+        help="probe results of another family from the same cache, compared beside the "
+        "main ones as 'decodability (FAMILY probe)' (e.g. the linear probe beside the "
+        "critic); repeatable",
+    )
+    parser.add_argument(
         "--influence",
         metavar="FLOW.h5",
         action="append",
@@ -184,6 +193,7 @@ def sources_from_args(
         probe=args.probe,
         score=args.score,
         want_patterns=want_patterns or rollout is not None,
+        beside=args.beside,
     )
     return rollout, sources
 

@@ -14,7 +14,10 @@ efficient, and one with (1,2), which it calls inefficient; it prints how much wo
 one-head-short model is. Each is trained, cached,
 probed and measured by flow (each with a random-init control), predicted, compared and
 reported; index.html shows them side by side. Each layer's line leads with the flow AUROC
-against InfoFlow's sets (random-init control in brackets) and the decodability AUROC.
+against InfoFlow's sets (random-init control in brackets), then the decodability AUROC
+of the critic probe (does the state hold the sample's own x(s), wherever it came from?)
+with its random-init control, and the linear probe's beside it. Decodable is not used:
+a probe shows what can be read from a state, not what the network reads.
 Re-running resumes; finished stages are skipped."""
 
 
@@ -27,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog="example:\n  infoprobe demo --out runs/demo",
     )
     p.add_argument("--out", default="runs/demo", help="demo folder (default: %(default)s)")
-    add_settings_arguments(p, DemoConfig, only=("steps", "n_cache", "seeds"))
+    add_settings_arguments(p, DemoConfig, only=("steps", "n_cache", "seeds", "probe"))
     p.add_argument(
         "--sequential",
         action="store_true",

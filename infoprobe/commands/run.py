@@ -41,6 +41,9 @@ stages (each skipped when its output exists with the same settings, so re-runnin
 same command resumes; a folder made with other settings is refused unless --overwrite):
 {stage_list()}
 flow and flow-control run on the probes' test samples; report/report.html is the report.
+With --probe mlp, query or critic a stage probe-linear (probes-linear.h5) follows probe:
+the linear probe, compared beside as "decodability (linear probe)" (--no-linear-beside
+skips it).
 
 examples:
   infoprobe run --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 5e-3 --warmup 1000 \\
@@ -51,7 +54,15 @@ what the network reads from it.
 """
 
 
-ANALYSIS_OPTIONS = ("n_cache", "sites", "probe", "batch_size", "rollout", "null_q")
+ANALYSIS_OPTIONS = (
+    "n_cache",
+    "sites",
+    "probe",
+    "linear_beside",
+    "batch_size",
+    "rollout",
+    "null_q",
+)
 """The RunSettings fields that are options of ``run`` and ``probe-checkpoint`` (the device
 is ``run``'s training device, or ``probe-checkpoint``'s own option)."""
 

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from infoprobe.base.errors import UserError
+from infoprobe.base.fdr import benjamini_hochberg
 from infoprobe.compare.observations import Observations
 from infoprobe.influence.sets import AGGREGATE_SHARE_LEVEL
 from infoprobe.probes.observed import DEFAULT_SHARE
@@ -72,7 +73,7 @@ def corrected_errors(errors: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.asarray(errors, dtype=np.float64) / baseline[None, :, None, :]
 
 
-def _pick_probe(results: Any, probe: str | None) -> str:
+def pick_probe(results: Any, probe: str | None) -> str:
     present = sorted({key[1] for key in results.scores if key[0] == TARGETS})
     if not present:
         raise InstrumentError(
@@ -124,6 +125,7 @@ def critic_decodability(
         provenance=dict(provenance or {}),
         null_p=np.asarray(results.sample_scores[(*sample, "p_value")], dtype=np.float64),
         null_name=CRITIC_NULL,
+        label=beside_name("critic"),
     )
 
 
@@ -144,7 +146,7 @@ def decodability(
     score: aggregate score, test R² ("r2") or R² minus the largest control ("selectivity").
     ratio: per-sample membership threshold on the corrected error (see the module doc).
     """
-    probe = _pick_probe(results, probe)
+    probe = pick_probe(results, probe)
     if probe == "critic":
         return critic_decodability(results, score=score, provenance=provenance)
     control = "none" if score == "r2" else "selectivity"
@@ -180,6 +182,45 @@ def decodability(
         ),
         word="decodable",
         provenance=dict(provenance or {}),
+        label=beside_name(probe),
+    )
+
+
+def beside_name(family: str) -> str:
+    """The instrument name of probe results of ``family`` compared beside the main ones:
+    "decodability (linear probe)"."""
+    return f"decodability ({family} probe)"
+
+
+def probe_family_of(name: str) -> str | None:
+    """The family in a beside instrument's name (:func:`beside_name`), else None."""
+    if name.startswith("decodability (") and name.endswith(" probe)"):
+        return name[len("decodability (") : -len(" probe)")]
+    return None
+
+
+def random_init_control(
+    results: Any, *, of: str = "decodability", provenance: dict[str, Any] | None = None
+) -> Observations | None:
+    """The critic's random-init control (the same critic fitted on an untrained model's
+    cache, the same test samples) as a per-sample instrument controlling ``of``: its PVI,
+    p-values and sets at ``q`` as recorded; None for results without it (another probe
+    family, whose controls are aggregate R² only, or a run without --control)."""
+    key = (TARGETS, "critic", "random_init")
+    if (*key, "pvi") not in results.sample_scores:
+        return None
+    main = critic_decodability(results, provenance=provenance)
+    p_value = np.asarray(results.sample_scores[(*key, "p_value")], dtype=np.float64)
+    q = (results.thresholds or {}).get("q")
+    return replace(
+        main,
+        instrument=f"{of} (random-init)",
+        per_sample=None if q is None else benjamini_hochberg(p_value, q, axis=1),  # per cell
+        sample_score=np.asarray(results.sample_scores[(*key, "pvi")], dtype=np.float64),
+        aggregate=None,
+        score=np.asarray(results.scores[(TARGETS, "critic", "random_init", "share")], np.float64),
+        null_p=p_value,
+        control_of=of,
     )
 
 

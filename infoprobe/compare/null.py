@@ -162,7 +162,7 @@ def null_sets(instruments: Mapping[str, Observations], q: float = NULL_Q) -> dic
         elif obs.member_when == "above" and control is not None:
             if control.sample_score is not None:
                 found[name] = flow_null(obs, control, q)
-        elif name == "decodability":
+        elif name.startswith("decodability"):  # the main probe and any beside it
             found[name] = decodability_null(obs, q)
     return found
 

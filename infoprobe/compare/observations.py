@@ -98,6 +98,9 @@ class Observations:
     critic's rank test against mismatched pairs), or None."""
     null_name: str | None = None
     """What ``null_p`` tests against (text)."""
+    label: str | None = None
+    """How headlines name the instrument (None: its name), e.g. "decodability (critic
+    probe)"."""
 
     def sample_sets(self) -> np.ndarray:
         """``per_sample`` bool [L+1, n, T+1, T], or :class:`CompareInputError` naming

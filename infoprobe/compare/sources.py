@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +152,12 @@ def load_sources(
     probe: str | None = None,
     score: instruments.ScoreKind = "r2",
     want_patterns: bool = False,
+    beside: Sequence[str | os.PathLike] = (),
 ) -> Sources:
     """Read and cross-check predicted sets, probe results, influence files and the cache.
 
+    ``beside``: probe results of other families from the same cache, each compared as the
+    instrument "decodability (<family> probe)" beside the main one (``probes_path``).
     Raises ProvenanceError when the files were not made from the same task, data seed,
     samples or model, SourceError when something needed is missing.
     """
@@ -171,25 +174,38 @@ def load_sources(
     refuse_control(pred_prov, str(pred_path))
     provenance: dict[str, dict[str, Any]] = {}
     row_sets: dict[str, np.ndarray] = {}
-    results = None
-    if probes_path is not None:
-        probes_path = Path(probes_path)
-        results = ProbeResults.read(probes_path)
-        _check_probe_rows(results, probes_path, sets.x.shape[0], pred_path)
-        refuse_control(results.provenance, str(probes_path))
-        row_sets["decodability"] = np.asarray(results.test_index, dtype=np.int64)
+    if beside and probes_path is None:
+        raise SourceError("probe results beside the main ones need the main ones (probes_path)")
+    probe_files: dict[str, tuple[ProbeResults, Path]] = {}
+    for i, raw in enumerate([] if probes_path is None else [probes_path, *beside]):
+        path = Path(raw)
+        found_results = ProbeResults.read(path)
+        _check_probe_rows(found_results, path, sets.x.shape[0], pred_path)
+        refuse_control(found_results.provenance, str(path))
         check_provenance(
-            pred_prov,
-            probe_provenance(results),
-            pred_source=str(pred_path),
-            probe_source=str(probes_path),
-        )
-        provenance[f"probe results ({probes_path})"] = {
-            **probe_provenance(results),
-            "settings": results.settings,
-            "thresholds": results.thresholds,
-            "cache_provenance": results.provenance,
+            pred_prov, probe_provenance(found_results), pred_source=str(pred_path),
+            probe_source=str(path),
+        )  # fmt: skip
+        name = "decodability"
+        if i:
+            main_results, main_path = probe_files["decodability"]
+            name = instruments.beside_name(str(found_results.settings.get("probe")))
+            main_family = instruments.pick_probe(main_results, probe)
+            if name in probe_files or name == instruments.beside_name(main_family):
+                raise SourceError(f"{path}: a second probe results file for instrument {name!r}")
+            if found_results.provenance != main_results.provenance:
+                raise ProvenanceError(
+                    f"{path} was not probed from the cache of {main_path}: their provenance differs"
+                )
+        probe_files[name] = (found_results, path)
+        row_sets[name] = np.asarray(found_results.test_index, dtype=np.int64)
+        provenance[f"probe results ({path})"] = {
+            **probe_provenance(found_results),
+            "settings": found_results.settings,
+            "thresholds": found_results.thresholds,
+            "cache_provenance": found_results.provenance,
         }
+    results = probe_files.get("decodability", (None, None))[0]
     influences = []
     for raw in influence_paths:
         path = Path(raw)
@@ -249,16 +265,18 @@ def load_sources(
             provenance=provenance[f"influence ({path})"],
         )
     found = dict(sorted(found.items(), key=lambda kv: kv[1].control_of is not None))
-    if results is not None:
-        test_index = row_sets["decodability"]
+    for name, (found_results, _) in probe_files.items():
+        test_index = row_sets[name]
+        main = name == "decodability"
+        prov = probe_provenance(found_results)
         obs = instruments.decodability(
-            results,
-            sets.x[test_index],
-            probe=probe,
-            score=score,
-            provenance=probe_provenance(results),
-        )
-        found["decodability"] = instruments.take_samples(obs, where["decodability"])
+            found_results, sets.x[test_index], probe=probe if main else None, score=score,
+            provenance=prov,
+        )  # fmt: skip
+        found[name] = instruments.take_samples(replace(obs, instrument=name), where[name])
+        control = instruments.random_init_control(found_results, of=name, provenance=prov)
+        if main and control is not None:  # the critic's per-sample random-init control
+            found[control.instrument] = instruments.take_samples(control, where[name])
     patterns = None
     if cache_path is not None:
         n_blocks = sets.sets.shape[0] - 1

@@ -98,8 +98,8 @@ def headline(
     """One line per layer leading with every instrument's AUROC against ``predictor``
     (controls in brackets), then the primary instrument's set agreement (own positions
     left out), each AUROC with its bootstrap interval, e.g. ``layer 1: flow AUROC 0.97
-    [0.96, 0.98] (random-init 0.38 [0.33, 0.43]); decodability AUROC 0.61 [0.58, 0.64];
-    61% of predicted positions carried, 3% of the rest``.
+    [0.96, 0.98] (random-init 0.38 [0.33, 0.43]); decodability (linear probe) AUROC 0.61
+    [0.58, 0.64]; 61% of predicted positions carried, 3% of the rest``.
 
     comparisons: instrument → predictor → :class:`~infoprobe.compare.scopes.SetComparison`;
     the first instrument that is not a control is the primary one.
@@ -114,7 +114,8 @@ def headline(
     for layer in range(n_layers + 1):
         parts = []
         for name in main:
-            text = f"{name} AUROC {_fmt_ci(ours[name], layer)}"
+            title = ours[name].observations.label or name
+            text = f"{title} AUROC {_fmt_ci(ours[name], layer)}"
             if name in controls:
                 control = controls[name]
                 label = control.instrument.removeprefix(name).strip(" ()") or "control"

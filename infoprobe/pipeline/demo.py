@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from html import escape
 from pathlib import Path
 
@@ -25,7 +25,9 @@ import torch
 
 from infoprobe.base.atomic import atomic_output, refuse_existing
 from infoprobe.base.markers import mark_html
+from infoprobe.compare.instruments import probe_family_of
 from infoprobe.model import ModelConfig
+from infoprobe.pipeline.probing import PROBES
 from infoprobe.pipeline.run import run_pipeline
 from infoprobe.pipeline.settings import RunSettings
 from infoprobe.pipeline.summary import RunSummary
@@ -43,6 +45,8 @@ class DemoConfig:
         steps: training steps per model
         n_cache: samples cached and probed per model
         seeds: seeds per model, trained together; the best is analysed
+        probe: the decodability probe family (critic: whether a state holds the sample's
+            own x(s) wherever it came from; the linear probe is fitted beside it)
     """
 
     D: int = 2
@@ -57,6 +61,7 @@ class DemoConfig:
     seeds: tuple[int, ...] = (0,)
     """Seeds trained per model as one batched ensemble; the best (validation NMSE) is
     analysed and every seed is printed."""
+    probe: str = field(default="critic", metadata={"cli": {"choices": PROBES}})
 
     def heads(self) -> dict[str, tuple[int, int]]:
         return {
@@ -80,7 +85,7 @@ def _one_model(args: tuple[str, tuple[int, int], DemoConfig, Path, bool, int]) -
         seed=cfg.seeds[0],
         eval_every=max(1, cfg.steps // 10),
     )
-    settings = replace(RunSettings(), n_cache=cfg.n_cache)
+    settings = replace(RunSettings(), n_cache=cfg.n_cache, probe=cfg.probe)
 
     def log(line: str) -> None:
         print(f"[{name}] {line}", flush=True)
@@ -152,25 +157,41 @@ def _model_label(summary: RunSummary) -> str:
 
 def _headline(summary: RunSummary, found: dict | None) -> str:
     """One line per model: InfoFlow's verdict with α at the run's T and E, then the primary
-    instrument's AUROC per layer with its random-init control and rollout beside."""
+    instrument's AUROC per layer with its random-init control and rollout beside, then the
+    decodability probe's with its random-init control and the probes beside it."""
     verdict = (found or {}).get("verdict") or f"{summary.verdict} (α(T) = {summary.exponent})"
     text = f"<b>{escape(_model_label(summary))}</b>: InfoFlow says {escape(verdict)}"
-    entry = (found or {}).get("instruments", {}).get((found or {}).get("primary"))
-    if entry is None:
-        return text + "."
+    instruments = (found or {}).get("instruments", {})
+    primary = (found or {}).get("primary")
+    shown = [primary] + (["decodability"] if primary != "decodability" else [])
+    sentences = [
+        _auroc_sentence(name, instruments, found["layers"]) for name in shown if name in instruments
+    ]
+    return text + "." + "".join(" " + s for s in sentences)
+
+
+def _auroc_sentence(name: str, instruments: dict, layers: list[int]) -> str:
+    """ "Flow (...) AUROC of InfoFlow's sets: layer 1 <b>0.97</b> (random-init 0.38,
+    rollout 0.71); ...": an instrument's AUROC per layer with its control, rollout and, for
+    decodability, the probes compared beside it."""
+    entry = instruments[name]
+    beside = {
+        family: instruments[key]
+        for key in instruments
+        if name == "decodability" and (family := probe_family_of(key))
+    }
     parts = []
-    for layer in found["layers"]:
-        value = entry["auroc"]["infoflow"][layer]
+    for layer in layers:
         extra = []
         if entry.get("control_auroc") is not None:
             extra.append(f"random-init {_fmt(entry['control_auroc'][layer])}")
         if "rollout" in entry["auroc"]:
             extra.append(f"rollout {_fmt(entry['auroc']['rollout'][layer])}")
-        parts.append(
-            f"layer {layer} <b>{_fmt(value)}</b>" + (f" ({', '.join(extra)})" if extra else "")
-        )
+        extra += [f"{f} probe {_fmt(e['auroc']['infoflow'][layer])}" for f, e in beside.items()]
+        value = _fmt(entry["auroc"]["infoflow"][layer])
+        parts.append(f"layer {layer} <b>{value}</b>" + (f" ({', '.join(extra)})" if extra else ""))
     label = escape(entry["label"][:1].upper() + entry["label"][1:])
-    return f"{text}. {label} AUROC of InfoFlow's sets: " + "; ".join(parts) + "."
+    return f"{label} AUROC of InfoFlow's sets: " + "; ".join(parts) + "."
 
 
 def _fmt(value: float | None) -> str:

@@ -346,10 +346,12 @@ class _ProbeRun:
             shares[control] = _per_sample(fit.members(th.q), self.n_layer_axis).mean(axis=1)
             self.put(control, Metric.SHARE, shares[control])
         main = fits[0]
-        key = (self.targets, self.settings.probe, Control.NONE.value)
-        self.results.sample_scores[(*key, "pvi")] = _per_sample(main.pvi, self.n_layer_axis)
-        p_value = _per_sample(main.p_value, self.n_layer_axis)
-        self.results.sample_scores[(*key, "p_value")] = p_value
+        for control, fit in zip(controls, fits, strict=True):
+            if control in (Control.NONE, Control.RANDOM_INIT):  # the per-sample control
+                key = (self.targets, self.settings.probe, control.value)
+                self.results.sample_scores[(*key, "pvi")] = _per_sample(fit.pvi, self.n_layer_axis)
+                p_value = _per_sample(fit.p_value, self.n_layer_axis)
+                self.results.sample_scores[(*key, "p_value")] = p_value
         present = [shares[c] for c in (Control.SHUFFLED, Control.RANDOM_INIT) if c in shares]
         self.put(Control.SELECTIVITY, Metric.SHARE, shares[Control.NONE] - control_level(*present))
         gating = [shares[Control(c)] for c in th.gate if Control(c) in shares]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from infoprobe.probes.batched_training import TrainingBudget
+from infoprobe.probes.critic import check_test_split
 from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
 from infoprobe.probes.observed import Thresholds
 from infoprobe.probes.ridge import DEFAULT_ALPHAS
@@ -124,8 +125,12 @@ class ProbeSettings:
     def split(self, n: int) -> np.ndarray:
         """The train/val/test labels ``[n]`` of ``n`` cache rows (0/1/2), the one place the
         probes' split is computed (:class:`~infoprobe.probes.errors.SplitTooSmallError`
-        when a part would be too small)."""
-        return make_split(n, self.fractions, self.split_seed)
+        when a part would be too small, or the test part below the critic's
+        :func:`~infoprobe.probes.critic.check_test_split`)."""
+        split = make_split(n, self.fractions, self.split_seed)
+        if self.probe == "critic":
+            check_test_split(int((split == TEST).sum()), self.thresholds.q)
+        return split
 
     def test_rows(self, n: int) -> np.ndarray:
         """The cache rows of the test split (flow and the report read these samples)."""

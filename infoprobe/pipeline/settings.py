@@ -33,6 +33,8 @@ class RunSettings:
             MLP per state, conditioned on the position: per-sample errors) or critic (is
             the sample's own x(s) in the state, wherever it came from: per-sample
             V-information and p-values)
+        linear_beside: with another family than linear, also fit the linear probe
+            (probes-linear.h5) and compare it beside, named "decodability (linear probe)"
         batch_size: samples per forward pass when caching
         rollout: compare attention rollout (Abnar & Zuidema 2020) beside InfoFlow
         flow: measure flow (local sensitivity, and its random-init control) on the
@@ -46,6 +48,7 @@ class RunSettings:
     n_cache: int = field(default=8192, metadata={"cli": {"metavar": "N"}})
     sites: str = CacheSettings.sites
     probe: str = field(default=ProbeSettings.probe, metadata={"cli": {"choices": PROBES}})
+    linear_beside: bool = True
     batch_size: int = field(default=CacheSettings.batch_size, metadata=CACHE_BATCH_OPTION)
     rollout: bool = True
     flow: bool = True
@@ -80,6 +83,14 @@ class RunSettings:
     def probes(self) -> ProbeSettings:
         """The probe stage's settings: this family and device, ProbeSettings' defaults."""
         return ProbeSettings(probe=self.probe, device=self.device)
+
+    @cached_property
+    def beside(self) -> tuple[ProbeSettings, ...]:
+        """The probe stages beside the main one: the linear probe when ``linear_beside``
+        and the main family is another."""
+        if not self.linear_beside or self.probe == "linear":
+            return ()
+        return (ProbeSettings(probe="linear", device=self.device),)
 
     def cache_options(self) -> dict[str, Any]:
         """The cache stages' options (of :func:`~infoprobe.pipeline.caching.cache_checkpoint`)."""

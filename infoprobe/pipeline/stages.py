@@ -3,6 +3,7 @@ compare (with the report)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,13 +21,18 @@ from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.pipeline.folder import RunFolder, RunStage
 from infoprobe.pipeline.given_sets import sets_for_cache
 from infoprobe.pipeline.predicting import predict_for_cache
-from infoprobe.pipeline.probing import run_probe
+from infoprobe.pipeline.probing import ProbeSettings, run_probe
 from infoprobe.pipeline.settings import CONTROL_SEED, RunSettings
 from infoprobe.probes.results import FORMAT as PROBES_FORMAT
 from infoprobe.report.build import FORMAT as REPORT_FORMAT
 from infoprobe.report.build import from_sources, write_report
 
 FLOW_FILES = ("flow.h5", "flow-random-init.h5")
+
+
+def beside_file(family: str) -> str:
+    """The run folder's results file of a probe fitted beside the main one."""
+    return f"probes-{family}.h5"
 
 
 @dataclass(frozen=True)
@@ -62,16 +68,19 @@ def compare_and_report(
     rollout: bool,
     flow: bool,
     null_q: float | None = NULL_Q,
+    beside: Sequence[str] = (),
 ) -> Path:
     """Compare predicted and observed sets once; write comparison.json and the report.
     ``rollout``: also compare attention rollout; ``flow``: read the flow files; ``null_q``:
-    the null rule's false-discovery rate (None: no null rule)."""
+    the null rule's false-discovery rate (None: no null rule); ``beside``: probe results
+    files of other families in the folder, compared beside probes.h5."""
     sources = load_sources(
         folder / "pred.h5",
         folder / "probes.h5",
         influence_paths=[folder / f for f in FLOW_FILES] if flow else [],
         cache_path=folder / "acts.h5",
         want_patterns=True,
+        beside=[folder / name for name in beside],
     )
     history, ckpt_prov = checkpoint_history(ckpt_dir, sources)
     rollout = rollout and sources.patterns is not None  # a model that hides its patterns
@@ -153,6 +162,8 @@ def analysis_stages(
         "rollout": settings.rollout,
         "null_q": settings.null_q,
     }
+    if settings.beside:  # absent otherwise, so folders made before it keep their key
+        report_key["beside"] = [b.to_dict() for b in settings.beside]
     quiet = not folder.progress
 
     def flow_stage(name: str, output: str, key: dict, seed: int | None) -> RunStage:
@@ -183,6 +194,25 @@ def analysis_stages(
         if settings.flow
         else []
     )
+
+    def probe_stage(name: str, output: str, probe: ProbeSettings) -> RunStage:
+        return RunStage(
+            name,
+            output,
+            {"cache": cache_key, "control": control_key, "settings": probe.to_dict()},
+            kinds={output: PROBES_FORMAT},
+            build=lambda out: run_probe(
+                path / "acts.h5",
+                out,
+                control_path=path / "acts-random-init.h5",
+                settings=probe,
+                progress=not quiet,
+            ),
+        )
+
+    beside_stages = [
+        probe_stage(f"probe-{b.probe}", beside_file(b.probe), b) for b in settings.beside
+    ]
     return [
         RunStage(
             "cache",
@@ -209,19 +239,8 @@ def analysis_stages(
                 **cache_opts,
             ),
         ),
-        RunStage(
-            "probe",
-            "probes.h5",
-            probe_key,
-            kinds={"probes.h5": PROBES_FORMAT},
-            build=lambda out: run_probe(
-                path / "acts.h5",
-                out,
-                control_path=path / "acts-random-init.h5",
-                settings=probe_settings,
-                progress=not quiet,
-            ),
-        ),
+        probe_stage("probe", "probes.h5", probe_settings),
+        *beside_stages,
         *flow_stages,
         RunStage(
             "predict",
@@ -249,6 +268,7 @@ def analysis_stages(
                 rollout=settings.rollout,
                 flow=settings.flow,
                 null_q=settings.null_q,
+                beside=[beside_file(b.probe) for b in settings.beside],
             ),
             also_writes=("comparison.json",),
             kinds={"report": REPORT_FORMAT, "comparison.json": COMPARISON_FORMAT},

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from infoprobe.compare.instruments import FLOW_SHARE_NAME
+from infoprobe.compare.instruments import FLOW_SHARE_NAME, probe_family_of
 
 PREDICTED_EDGE = "white"
 VIOLATION_COLOR = "#e8112d"
@@ -64,8 +64,9 @@ def score_label(name: str, score_name: str, probe: str | None = None) -> str:
         if score_name == FLOW_SHARE_NAME:  # the aggregate score (docs/influence.md)
             return f"share of samples in which x(s) is in the flow set of h(t, l) ({how})"
         return f"{score_name}: share of h(t, l)'s variance when {how}"
-    if name == "decodability":
-        return f"{score_name} of a {probe or 'position'} probe reading x(s) from h(t, l)"
+    if name == "decodability" or probe_family_of(name):
+        family = probe or probe_family_of(name) or "position"
+        return f"{score_name} of a {family} probe reading x(s) from h(t, l)"
     return score_name
 
 

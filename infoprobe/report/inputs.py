@@ -15,6 +15,7 @@ import numpy as np
 
 from infoprobe.attention.orientation import recorded_orientation
 from infoprobe.base.errors import UserError
+from infoprobe.compare import instruments
 from infoprobe.compare.crosstab import Crosstab
 from infoprobe.compare.observations import Observations, scope_masks
 from infoprobe.compare.scopes import SetComparison
@@ -289,5 +290,5 @@ def heads_dict(inputs: ReportInputs) -> dict[str, Any] | None:
 
 
 def probe_of(inputs: ReportInputs, name: str) -> str | None:
-    """The probe family named beside instrument ``name`` (only decodability has one)."""
-    return inputs.probe if name == "decodability" else None
+    """The probe family named beside instrument ``name`` (the decodability instruments)."""
+    return inputs.probe if name == "decodability" else instruments.probe_family_of(name)
