@@ -31,11 +31,15 @@ with E = 8, d = 4 and T0 in {4, 6, 8}, alpha = T0 d / E - 1 takes the values 1, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
 from infoprobe.infoflow import predict
+from infoprobe.rates.params import parameter_counts
+from infoprobe.rates.plan import SweepPlan, plan_sweep
+from infoprobe.rates.records import load_records
 from infoprobe.reproduce import checks
 from infoprobe.reproduce.claims.defaults import (
     PAPER_TRAIN,
@@ -266,6 +270,25 @@ PILOT = Profile(
     ),
     expected_runtime="measured by --estimate: see docs/reproduction.md, 'The separation sweep'",
 )
+
+SEPARATION_DESIGNS = ((16, 256), (16, 64, 256), (16, 32, 64, 128, 256))
+SEPARATION_TARGET = 0.5  # the acceptance bound 0.6 less a margin for sigma from 4 df
+SEPARATION_MAX_RUNS = 48
+
+
+def separation_plan(results: str | os.PathLike) -> SweepPlan:
+    """The sizing rule (docs/reproduction.md, "The separation sweep at T = 32") applied to
+    the pilot's ``results.json``: seeds and widths for a (1,2)/(2,2) slope ratio whose 95%
+    interval is at most :data:`SEPARATION_TARGET` wide."""
+    records = load_records([results])
+    base = PILOT.points[0].model_config()
+    params = {
+        w: parameter_counts(replace(base, d_mlp=w, d_readout=w))["decoding"]
+        for w in sorted({w for d in SEPARATION_DESIGNS for w in d})
+    }
+    return plan_sweep(records, params, SEPARATION_DESIGNS, reference="(2,2)", arch="(1,2)",
+                      target=SEPARATION_TARGET, max_runs=SEPARATION_MAX_RUNS)  # fmt: skip
+
 
 CLAIM = Claim(
     name="cost-law",
