@@ -357,3 +357,17 @@ def test_rank_scores_equal_the_pairs_scored_one_at_a_time(monkeypatch, pair_floa
         near = (np.abs(score[:, :, 1:] - matched[:, :, None]) < 1e-4).any(axis=2)
         agree = (got[..., 1] == count) | near.transpose(1, 0, 2)
         assert agree.all() and (count > 0).any() and (count < M).any()
+
+
+def test_a_run_whose_split_is_too_small_for_the_critic_is_refused_before_any_stage(
+    tmp_path, capsys
+):
+    from infoprobe.cli import main
+
+    out = tmp_path / "run"
+    argv = ["run", "--task", "fixed-positions", "--heads", "1", "--steps", "2", "--probe",
+            "critic", "--n-cache", "600", "--out", str(out), "--quiet"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs at least 200 test samples (10 / q), got 90" in err[0], err
+    assert not out.exists()

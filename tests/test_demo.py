@@ -60,4 +60,10 @@ def test_demo_index_shows_both_models_verdicts_and_links(tmp_path):
                 f"{num(linear['auroc']['infoflow'][layer])})"
             )
             assert shown in html
+        lines = dict(zip(answer["layers"], answer["decodability_lines"], strict=True))
+        for layer, text in lines.items():  # the report's opening, critic then linear
+            value, beside = critic["auroc"]["infoflow"][layer], linear["auroc"]["infoflow"][layer]
+            assert text.startswith(f"layer {layer}: decodability (critic probe) ranks")
+            assert value is None or f"AUROC {value:.3f}" in text
+            assert beside is None or f"linear probe {beside:.3f}" in text
     assert html.count("Decodability (critic probe) AUROC of InfoFlow's sets") == 2

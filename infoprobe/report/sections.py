@@ -116,6 +116,12 @@ def answer_section(summary: Mapping[str, Any], figures: Mapping[str, bytes]) -> 
         "" if not verdict else f"<p>InfoFlow's verdict for this architecture: "
         f"<strong>{escape(verdict)}</strong>.</p>",
         _items(found["lines"]),
+        *(
+            ["<p>Decodability (a probe reads x(s) back from the state; decodable is not "
+             "used):</p>", _items(found["decodability_lines"])]
+            if found.get("decodability_lines")
+            else []
+        ),
         "</div>",
     ]  # fmt: skip
     parts.append(_answer_figure(summary, figures, primary))

@@ -13,6 +13,7 @@ import numpy as np
 from infoprobe import __version__
 from infoprobe.base.header import make_header
 from infoprobe.base.jsonable import jsonable
+from infoprobe.compare.instruments import probe_family_of
 from infoprobe.compare.scopes import CAVEAT, SetComparison
 from infoprobe.compare.verdicts import interval_text
 from infoprobe.report import answer
@@ -136,13 +137,26 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
             if sources is None
             else answer.violation_lines(sources, heads_dict(inputs), word),
             "lines": _answer_lines(instruments.get(primary), layers),
+            "decodability_lines": []
+            if primary == "decodability"
+            else _answer_lines(instruments.get("decodability"), layers, _beside(instruments)),
             "rollout_lines": _rollout_lines(instruments.get(primary), layers),
         }
     )
 
 
-def _answer_lines(entry: Mapping[str, Any] | None, layers: Sequence[int]) -> list[str]:
-    """One sentence per layer: AUROC of InfoFlow, its control and rollout, violation rates."""
+def _beside(instruments: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of the probes compared beside the main one, by family."""
+    return {f: e for name, e in instruments.items() if (f := probe_family_of(name))}
+
+
+def _answer_lines(
+    entry: Mapping[str, Any] | None,
+    layers: Sequence[int],
+    beside: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[str]:
+    """One sentence per layer: AUROC of InfoFlow, its control, rollout and the probes
+    ``beside`` (family → entry), violation rates."""
     if entry is None:
         return []
     out = []
@@ -156,6 +170,9 @@ def _answer_lines(entry: Mapping[str, Any] | None, layers: Sequence[int]) -> lis
         if "rollout" in entry["auroc"]:
             rollout = _num(entry["auroc"]["rollout"][layer], _at(ci.get("rollout"), layer))
             extra.append(f"attention rollout {rollout}")
+        for family, other in (beside or {}).items():
+            ci_other = _at((other.get("auroc_interval") or {}).get("infoflow"), layer)
+            extra.append(f"{family} probe {_num(other['auroc']['infoflow'][layer], ci_other)}")
         text = (
             f"layer {layer}: {entry['label']} ranks InfoFlow's predicted positions above "
             f"the others with AUROC {auroc}" + (f" ({'; '.join(extra)})" if extra else "")
