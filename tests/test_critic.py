@@ -290,6 +290,27 @@ def test_probes_beside_are_refused_when_they_cannot_line_up(probed):
         load_sources(paths["pred"], paths["linear"], beside=[paths["linear"]])
 
 
+def test_probes_beside_from_another_model_are_refused(probed, tmp_path):
+    """A linear probe of another model's cache on the same inputs cannot stand beside the
+    critic of this one."""
+    from infoprobe.compare.provenance import ProvenanceError
+    from infoprobe.compare.sources import load_sources
+    from infoprobe.hooks import open_cache, write_cache
+    from infoprobe.pipeline.probing import ProbeSettings, run_probe
+
+    _, x, paths = probed
+    with open_cache(paths["acts.h5"]) as cache:
+        provenance = {**cache.provenance, "note": "another model"}
+    write_cache(tmp_path / "other.h5", handset_model(T=T, d=D, position=1),
+                lambda b, size: (x[b * 700 : b * 700 + size], np.zeros((size, 1), np.float32)),
+                n=len(x), batch_size=700, sites="residual", provenance=provenance,
+                progress=False)  # fmt: skip
+    run_probe(tmp_path / "other.h5", tmp_path / "other-linear.h5",
+              settings=ProbeSettings(fractions=(0.7, 0.1, 0.2)), progress=False)  # fmt: skip
+    with pytest.raises(ProvenanceError, match="was not probed from the cache of"):
+        load_sources(paths["pred"], paths["critic"], beside=[tmp_path / "other-linear.h5"])
+
+
 def test_critic_refusals_from_the_shell(handset_cache, capsys):
     from infoprobe.cli import main
 
