@@ -154,18 +154,13 @@ def plan_sweep(
         for d in designs
         for n in range(2, max_seeds + 1)
     )  # fmt: skip
-    fitting = [c for c in candidates if c.width <= target]
+    affordable = [c for c in candidates if c.runs <= max_runs] or list(candidates)
+    fitting = [c for c in affordable if c.width <= target]
     if fitting:
         chosen = min(fitting, key=lambda c: (c.runs, -len(c.widths)))
         reason = f"the fewest runs whose predicted width is at most {target:g}"
     else:
-        affordable = [c for c in candidates if c.runs <= max_runs] or list(candidates)
         chosen = min(affordable, key=lambda c: (c.width, c.runs))
-        reason = (f"no design of up to {max_seeds} seeds reaches {target:g}: the narrowest "
-                  f"of at most {max_runs} runs")  # fmt: skip
-    if chosen.runs > max_runs:
-        affordable = [c for c in candidates if c.runs <= max_runs]
-        if affordable:
-            chosen = min(affordable, key=lambda c: (c.width, c.runs))
-            reason = f"the target needs over {max_runs} runs: the narrowest of at most {max_runs}"
+        reason = (f"no design of at most {max_runs} runs and {max_seeds} seeds reaches "
+                  f"{target:g}: the narrowest of them")  # fmt: skip
     return SweepPlan(**base, chosen=chosen, reason=reason, candidates=candidates)
