@@ -255,7 +255,7 @@ def test_cost_law_checks_fit_the_sweeps_own_runs(tmp_path):
     from test_reproduce import serial, tiny_profile
 
     from infoprobe.reproduce import reproduce
-    from infoprobe.reproduce.checks import slope_ratios_cover
+    from infoprobe.reproduce.checks import slope_ratios_cover, slope_ratios_narrow
 
     prof = tiny_profile("cost-law", points=range(6), seeds=1)
     rep = reproduce("cost-law", profile=prof, backend=serial(), out=tmp_path, log=None)
@@ -281,6 +281,13 @@ def test_cost_law_checks_fit_the_sweeps_own_runs(tmp_path):
     assert passed in (True, False)
     assert f"slope ratio {slopes['T0=6'] / slopes['T0=4']:.3g} [" in detail
     assert "(alpha ratio 0.5)" in detail  # alpha 1 at T0 = 4, 2 at T0 = 6
+    low, high = (float(v) for v in detail.split(" [", 1)[1].split("]", 1)[0].split(", "))
+    for bound in (0.5 * (high - low), 2.0 * (high - low)):
+        passed, said = slope_ratios_narrow(planted, where={"task": "aggregate-decode"},
+                                           width=bound)  # fmt: skip
+        assert passed is (high - low <= bound)
+        printed = float(said.split("T0=6/T0=4 ", 1)[1].split(" (bound", 1)[0])
+        assert printed == pytest.approx(high - low, rel=0.02) and f"(bound {bound:g})" in said
 
 
 def test_the_documented_records_file_reads(tmp_path):

@@ -121,3 +121,23 @@ def test_the_separation_plan_reads_a_pilot_file_with_the_pilots_own_parameter_co
     expected = np.polyfit(np.log([r.n_params for r in ref]), np.log([r.nmse for r in ref]), 1)[0]
     assert plan.slope_ref == pytest.approx(expected)
     assert plan.chosen is not None and plan.chosen.width <= 0.5
+
+
+def test_the_separation_profile_is_the_plan_of_the_committed_pilot():
+    """The separation sweep's seed and width counts are what the sizing rule chooses on
+    the pilot's committed results (studies/cost-law-separation/results.json), and every
+    pilot run is a run of the sweep (same run keys), so the sweep resumes from them."""
+    from pathlib import Path
+
+    from infoprobe.reproduce import CLAIMS
+    from infoprobe.reproduce.claims.cost_law import PILOT, SEPARATION, separation_plan
+
+    pilot = Path(__file__).parents[1] / "studies" / "cost-law-separation" / "pilot-results.json"
+    plan = separation_plan(pilot)
+    assert plan.chosen is not None and plan.chosen.width <= 0.5
+    widths = sorted({p.coords["width"] for p in SEPARATION.points})
+    assert (plan.chosen.seeds, tuple(plan.chosen.widths)) == (SEPARATION.seeds, tuple(widths))
+    assert {p.series for p in SEPARATION.points} == {"(2,2)", "(1,2)"}
+    sweep = {s.run_id for s in CLAIMS["cost-law"].runs(SEPARATION)}
+    assert {s.run_id for s in CLAIMS["cost-law"].runs(PILOT)} < sweep
+    assert len(sweep) == plan.chosen.runs

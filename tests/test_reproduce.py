@@ -87,7 +87,7 @@ def test_every_profile_builds_and_states_its_departures():
     for claim in CLAIMS.values():
         extra = {
             "intrinsic-dim": {"headline"},
-            "cost-law": {"separation-pilot"},
+            "cost-law": {"separation-pilot", "separation"},
         }.get(claim.name, set())
         assert set(claim.profiles) == {"quick", "paper"} | extra
         for prof in claim.profiles.values():

@@ -214,3 +214,14 @@ def slope_ratios_below(configs: Configs, *, where: Mapping[str, Any], bound: flo
     if why:
         return _unmeasurable(why)
     return all(r.high < bound for r in ratios), _ratio_text(ratios)
+
+
+def slope_ratios_narrow(configs: Configs, *, where: Mapping[str, Any], width: float) -> Outcome:
+    """At ``where``, every slope ratio's 95% interval is at most ``width`` wide: the sweep
+    measured the ratio finely enough to tell InfoFlow's ratio from its neighbours."""
+    ratios, why = _slope_ratios(configs, where)
+    if why:
+        return _unmeasurable(why)
+    widths = ", ".join(f"{r.arch}/{r.reference} {r.high - r.low:.3g}" for r in ratios)
+    ok = all(r.high - r.low <= width for r in ratios)
+    return ok, f"interval width {widths} (bound {width:g}); " + _ratio_text(ratios)

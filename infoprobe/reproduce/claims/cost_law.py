@@ -146,29 +146,35 @@ def rate_checks(Ts: Sequence[int], heads: Sequence[tuple[int, int]]) -> tuple[Ch
         ),
     ]
     for T in Ts:
-        at = {"task": "intrinsic-dim", "T": T}
-        if equal_alpha(T, heads):
-            out.append(
-                Check(
-                    f"intrinsic-dim T={T}: alpha is the same for every architecture, so "
-                    "every slope ratio's interval contains 1",
-                    partial(checks.slope_ratios_cover, where=at),
-                )
-            )
-            continue
-        out += [
-            Check(
-                f"intrinsic-dim T={T}: one head fewer has a shallower slope than (2,2): "
-                "every slope ratio's interval below 1",
-                partial(checks.slope_ratios_below, where=at, bound=1.0),
-            ),
-            Check(
-                f"intrinsic-dim T={T}: every slope ratio's interval contains the alpha ratio",
-                partial(checks.slope_ratios_cover, where=at),
-                gate=False,
-            ),
-        ]
+        out += intrinsic_checks(T, heads)
     return tuple(out)
+
+
+def intrinsic_checks(T: int, heads: Sequence[tuple[int, int]]) -> list[Check]:
+    """The pre-registered checks of intrinsic-dim at sequence length ``T``: every slope
+    ratio's interval contains 1 where the engine gives every head configuration the same
+    alpha; otherwise below 1 (gate) and containing the alpha ratio (observed)."""
+    at = {"task": "intrinsic-dim", "T": T}
+    if equal_alpha(T, heads):
+        return [
+            Check(
+                f"intrinsic-dim T={T}: alpha is the same for every architecture, so "
+                "every slope ratio's interval contains 1",
+                partial(checks.slope_ratios_cover, where=at),
+            )
+        ]
+    return [
+        Check(
+            f"intrinsic-dim T={T}: one head fewer has a shallower slope than (2,2): "
+            "every slope ratio's interval below 1",
+            partial(checks.slope_ratios_below, where=at, bound=1.0),
+        ),
+        Check(
+            f"intrinsic-dim T={T}: every slope ratio's interval contains the alpha ratio",
+            partial(checks.slope_ratios_cover, where=at),
+            gate=False,
+        ),
+    ]
 
 
 def rate_figures(Ts: Sequence[int]) -> tuple[FigureSpec, ...]:
@@ -290,6 +296,49 @@ def separation_plan(results: str | os.PathLike) -> SweepPlan:
                       target=SEPARATION_TARGET, max_runs=SEPARATION_MAX_RUNS)  # fmt: skip
 
 
+SEPARATION_SEEDS = 2
+SEPARATION_WIDTHS = (16, 64, 256)
+"""Chosen by :func:`separation_plan` on the pilot's eight runs
+(``studies/cost-law-separation/pilot-results.json``: sigma 0.255 from 4 df, slopes -1.52 and
+-0.167, ratio 0.109): 12 runs, predicted interval width 0.34 (docs/reproduction.md)."""
+SEPARATION_WIDTH_BOUND = 0.6
+
+SEPARATION = Profile(
+    name="separation",
+    seeds=SEPARATION_SEEDS,
+    points=tuple(
+        intrinsic_points(
+            SEPARATION_T, QUICK_HEADS, SEPARATION_WIDTHS, SEPARATION_TRAIN, SEPARATION_SEEDS
+        )
+    ),
+    departures=(
+        f"T={SEPARATION_T} instead of 64 (alpha 1 against 3); (2,2) and (1,2) only; widths "
+        f"{SEPARATION_WIDTHS}, {SEPARATION_SEEDS} seeds: sized from the separation pilot's "
+        "spread before the sweep ran (docs/reproduction.md, 'The separation sweep')",
+        "the headline cell's recipe (lr 1e-3, warm-up 100, 50k steps of 256 fresh samples), "
+        "weights at half the LeCun scale",
+        "E=32: our choice",
+    ),
+    expected_runtime=(
+        "about 3.8 h on one core for the 12 runs (the pilot's 8 took 7490 s of run time); "
+        "the pilot's runs are this profile's (same run keys), so after the pilot 4 remain"
+    ),
+    checks=(
+        *intrinsic_checks(SEPARATION_T, QUICK_HEADS),
+        Check(
+            f"intrinsic-dim T={SEPARATION_T}: the slope ratio's 95% interval is at most "
+            f"{SEPARATION_WIDTH_BOUND} wide",
+            partial(
+                checks.slope_ratios_narrow,
+                where={"task": "intrinsic-dim", "T": SEPARATION_T},
+                width=SEPARATION_WIDTH_BOUND,
+            ),
+            gate=False,
+        ),
+    ),
+)
+
+
 CLAIM = Claim(
     name="cost-law",
     title="The cost law as a rate: fitted exponents of NMSE against parameters beside alpha",
@@ -298,6 +347,11 @@ CLAIM = Claim(
         "O(eps^(1 - T0 d / E)) parameters (Theorem 3); a one-head-short intrinsic-dim model "
         "pools T tokens, alpha = max(1, T d / E - 1)."
     ),
-    profiles={"quick": QUICK, "paper": PAPER, "separation-pilot": PILOT},
+    profiles={
+        "quick": QUICK,
+        "paper": PAPER,
+        "separation-pilot": PILOT,
+        "separation": SEPARATION,
+    },
     figures=rate_figures((16, 32, 64)),
 )
