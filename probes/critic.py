@@ -22,10 +22,10 @@ with mixing weights π(h, s) from the same hidden layer::
 trained by maximum likelihood (no negatives), every cell at once, with the budget, early
 stopping and seeding of :mod:`infoprobe.probes.batched_training` on the summed negative log
 likelihood of the mixture and of the null (the null's own, not through the mixture). On
-the CPU a training step is written by hand: the hidden layer forward and backward in the
-fused kernel of the query probe, the mixture's per-sample terms in a second kernel
-(:mod:`infoprobe.probes.native`), the chain rule through the softmax, the scale floors and
-the basis in PyTorch; the test-sample ranking is :mod:`infoprobe.probes.critic_scores`.
+the CPU a training step is written by hand: the hidden layer, its readout, the mixture's
+per-sample terms (softmax, scale floor, basis) and their backward in one pass of the query
+probe's fused kernel, the null's statistics in a second (:mod:`infoprobe.probes.native`);
+the test-sample ranking is :mod:`infoprobe.probes.critic_scores`.
 
 **Pointwise V-information** of test sample i (nats; Xu et al. 2020, Ethayarajh et al.
 2022)::
@@ -238,84 +238,71 @@ class BatchedCritic(BatchedProbes):
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
         """Gradients of the summed per-cell loss (:meth:`per_probe_loss`), by hand: the
-        hidden layer forward and backward and the mixture's per-sample terms in the fused
-        kernels (:mod:`infoprobe.probes.native`), their small inputs differentiated here,
-        the null by autograd (the PyTorch step of :class:`BatchedProbes` without them)."""
+        hidden layer, its readout, the mixture's per-sample terms and their backward in
+        one pass of the fused kernel (:mod:`infoprobe.probes.native`), the null's
+        statistics in another, the content head's scales and the basis differentiated
+        here (the PyTorch step of :class:`BatchedProbes` without the kernel)."""
         fused = cpu_kernel(x.device, self.w_out.shape[1])
         if fused is None:
             return super().train_step(x, y, work)
         c, b, _ = x.shape
-        n_pos = self.w_query.shape[1]
-        for p in self.parameters():
-            p.grad = None
-        null = self.null_log_density(y).transpose(1, 2)  # [c, S, b], with autograd
-        (-null.mean(dim=(1, 2)).sum()).backward()  # the null's own likelihood
+        n_pos, K, k = self.w_query.shape[1], CONTENT_COMPONENTS, self.k
         with torch.no_grad():
+            z = y.permute(1, 2, 0).contiguous()  # [S, k, b]
+            null = self._null_step(fused, z)  # [c, S, b]; the null's gradients set
             state = self._state(x)
             w_query, w_out, b_out = (t.contiguous() for t in (self.w_query, self.w_out, self.b_out))
-            out = work("out", c, n_pos, w_out.shape[1], b)
-            fused.forward(state, w_query, w_out, b_out, out)
             content = torch.baddbmm(self.b_content.unsqueeze(2), self.w_content, x.transpose(1, 2))
-            g_out, g_content, g_rotation = self._mixture_gradients(fused, out, content, null, y)
-            self.w_content.grad = torch.bmm(g_content, x)
-            self.b_content.grad = g_content.sum(dim=2)
-            self.rotation.grad = g_rotation
+            content = content.view(c, 2, K, k, b)
+            cls = _log_scale(content[:, 1])  # [c, K, k, b]
+            civ = torch.exp(-2.0 * cls)
+            rotation = self.rotation.contiguous()
+            log_det = torch.linalg.slogdet(rotation)[1].contiguous()
+            mixture = (content[:, 0].contiguous(), civ, -cls.sum(dim=2) - 0.5 * k * LOG_2PI,
+                       z, rotation, null, log_det)  # fmt: skip
             g_state = work("g_state", c, self.w_in.shape[1], b)
+            g_cm, g_civ = torch.empty_like(civ), torch.empty_like(civ)
+            g_rotation, g_ld = torch.empty_like(rotation), torch.empty(c)
             grads = (g_state, torch.empty_like(w_query), torch.empty_like(w_out),
-                     torch.empty_like(b_out))  # fmt: skip
-            fused.backward(state, w_query, w_out, b_out, g_out, grads)
+                     torch.empty_like(b_out), g_cm, g_civ, torch.empty(c, K, b), g_rotation,
+                     g_ld)  # fmt: skip
+            fused.critic_step(state, w_query, w_out, b_out, mixture, LOG_SCALE_FLOOR,
+                              -1.0 / (b * n_pos), grads)  # fmt: skip
             self.w_in.grad = torch.bmm(g_state, x)
             self.b_in.grad = g_state.sum(dim=2)
-            self.w_query.grad, self.w_out.grad, self.b_out.grad = grads[1:]
+            self.w_query.grad, self.w_out.grad, self.b_out.grad = grads[1:4]
+            g_content = torch.empty_like(content)
+            g_content[:, 0] = g_cm
+            floor = torch.sigmoid(content[:, 1] - LOG_SCALE_FLOOR)  # d log σ / d raw
+            g_content[:, 1] = (-2.0 * civ * g_civ - grads[6].unsqueeze(2)) * floor
+            g_content = g_content.view(c, 2 * K * k, b)
+            self.w_content.grad = torch.bmm(g_content, x)
+            self.b_content.grad = g_content.sum(dim=2)
+            g_rotation += g_ld.view(c, 1, 1) * torch.linalg.inv(rotation).transpose(1, 2)
+            self.rotation.grad = g_rotation
 
-    def _mixture_gradients(
-        self,
-        fused: GeluReadoutKernel,
-        out: torch.Tensor,
-        content: torch.Tensor,
-        null: torch.Tensor,
-        y: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """d loss / d (readout ``out [c, S, K+3+k, b]``, content head ``[c, 2Kk, b]``,
-        basis ``[c, k, k]``) of the mixture term of :meth:`per_probe_loss`, given the
-        null's values ``[c, S, b]`` (no autograd: the chain rule through the softmax, the
-        scale floors and the basis written out)."""
-        K, k = CONTENT_COMPONENTS, self.k
-        c, n_pos, _, b = out.shape
-        half_log = 0.5 * k * LOG_2PI
-        logits, pos_raw = out[:, :, : K + 2], out[:, :, -1]
-        pls = _log_scale(pos_raw)  # [c, S, b]
-        content = content.view(c, 2, K, k, b)
-        cls = _log_scale(content[:, 1])  # [c, K, k, b]
-        piv, civ = torch.exp(-2.0 * pls), torch.exp(-2.0 * cls)
-        log_det = torch.linalg.slogdet(self.rotation)[1]
-        inputs = (
-            torch.log_softmax(logits, dim=2),
-            out[:, :, K + 2 : K + 2 + k].contiguous(),
-            piv,
-            -k * pls - half_log,
-            content[:, 0].contiguous(),
-            civ,
-            -cls.sum(dim=2) - half_log,
-            torch.einsum("cij,bsj->csib", self.rotation, y).contiguous(),
-            null.detach().contiguous(),
-            log_det.contiguous(),
-        )
-        g = tuple(torch.empty_like(t) for t in (*inputs[:8], log_det))
-        fused.mixture(inputs, -1.0 / (b * n_pos), g)
-        g_lp, g_pm, g_piv, g_pn, g_cm, g_civ, g_cn, g_z, g_ld = g
-        g_out = torch.empty_like(out)
-        g_out[:, :, : K + 2] = g_lp - torch.softmax(logits, dim=2) * g_lp.sum(dim=2, keepdim=True)
-        g_out[:, :, K + 2 : K + 2 + k] = g_pm
-        floor = torch.sigmoid(pos_raw - LOG_SCALE_FLOOR)  # d log σ / d raw
-        g_out[:, :, -1] = (-2.0 * piv * g_piv - k * g_pn) * floor
-        g_content = torch.empty_like(content)
-        g_content[:, 0] = g_cm
-        floor = torch.sigmoid(content[:, 1] - LOG_SCALE_FLOOR)
-        g_content[:, 1] = (-2.0 * civ * g_civ - g_cn.unsqueeze(2)) * floor
-        g_rotation = torch.einsum("csib,bsj->cij", g_z, y)
-        g_rotation += g_ld.view(c, 1, 1) * torch.linalg.inv(self.rotation).transpose(1, 2)
-        return g_out, g_content.view(c, 2 * K * k, b), g_rotation
+    def _null_step(self, fused: GeluReadoutKernel, z: torch.Tensor) -> torch.Tensor:
+        """log q0(y | s) ``[c, S, b]`` of targets ``z [S, k, b]``, and the gradients of the
+        null's own loss −Σ_c mean over (b, S) of it written into the null's parameters:
+        by hand from the sums of the responsibilities γ of its components against the
+        features [y², y, 1] (the fused kernel's ``null``)."""
+        c, n_pos, K0, k = self.null_mean.shape
+        b = z.shape[2]
+        log_scale = _log_scale(self.null_log_scale)  # [c, S, K0, k]
+        a, m = torch.exp(-2.0 * log_scale), self.null_mean
+        log_w = torch.log_softmax(self.null_logit, dim=-1)  # [c, S, K0]
+        const = log_w - log_scale.sum(-1) - 0.5 * k * LOG_2PI
+        out, stats = torch.empty(c, n_pos, b), torch.empty(c, n_pos, K0, 2 * k + 1)
+        fused.null(z, (m.contiguous(), a.contiguous(), const.contiguous()), out, stats)
+        stats *= -1.0 / (b * n_pos)  # d loss / d ψ (critic_scores.coefficients)
+        g_quad, g_lin, g_const = stats[..., :k], stats[..., k : 2 * k], stats[..., -1:]
+        self.null_mean.grad = a * (g_lin - g_const * m)
+        g_log_scale = a * (g_quad - 2.0 * m * g_lin + g_const * m.square()) - g_const
+        floor = torch.sigmoid(self.null_log_scale - LOG_SCALE_FLOOR)  # d log σ / d raw
+        self.null_log_scale.grad = g_log_scale * floor
+        total = stats[..., -1]  # [c, S, K0]
+        self.null_logit.grad = total - torch.exp(log_w) * total.sum(dim=-1, keepdim=True)
+        return out
 
     def null_log_density(self, y: torch.Tensor) -> torch.Tensor:
         """log q0(y | s) for ``y [..., S, k]`` -> ``[c, ..., S]``: per position one product
@@ -394,16 +381,17 @@ def critic_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> Pro
     params = E * hidden + hidden + S * hidden + (K + 3 + k) * (hidden + 1)
     params += 2 * K * k * (E + 1) + k * k
     params += S * K0 * (2 * k + 1)
-    # the PyTorch step keeps the hidden layer [h, S, b] (pre-activation, activation,
-    # gradients); the fused one only its outputs and the per-component densities
-    # [K+2, S, b, k] of the mixture, with their gradients
+    # evaluation (PyTorch) keeps the readout [S, K+3+k, b] and the per-component
+    # densities [K+2+K0, S, b, k]; the PyTorch step also the hidden layer [h, S, b]; the
+    # fused step only the state and its gradient [h, b], the content head's values and
+    # gradients [4, K, k, b] and the null's values [S, b] (the rest stays in registers)
     outputs = S * b * (K + 3 + k) + (K + 2 + K0) * S * b * k
     fused = cpu_kernel(torch.device("cpu"), K + 3 + k) is not None
-    activations = 2 * outputs if fused else S * hidden * b + outputs
+    step = 2 * hidden * b + 4 * K * k * b + S * b if fused else S * hidden * b + outputs
     return ProbeDesign(
         make_module=critic_factory(S, E, hidden, k, budget.seed),
-        bytes_per_cell=4 * (5 * params + shape.n * E + 2 * activations),
-        activation_bytes_per_cell=4 * activations,
+        bytes_per_cell=4 * (5 * params + shape.n * E + 2 * max(step, outputs)),
+        activation_bytes_per_cell=4 * step,
         desc="critic probes",
         evaluate=rank_scores,
     )

@@ -15,10 +15,9 @@
        g_off[g, q, h]  = sum_i dL/dpre[g, q, h, i]   (overwritten; skipped when off is NULL)
        g_w[g, k, h]    = dL/dw,   g_bias[g, k] = dL/dbias       (overwritten)
 
-   gelu_readout_mode adds two modes: MODE_FORWARD writes out [G, Q, K, B] and nothing
-   else; MODE_GIVEN takes r = y (y[t(g, q), k, i] given, with SY = G Q one slice per
-   (group, query)), so the gradients are those of any loss whose dL/dout is scale * y:
-   the critic probe's mixture, whose outputs feed a density PyTorch differentiates.
+   gelu_readout_mode adds MODE_FORWARD, which writes out [G, Q, K, B] and nothing else;
+   critic_step (below) runs the same pass with the critic's mixture in place of the
+   residual.
 
    The query probe is G = cells, Q = SY = positions, off = the query offsets; the
    per-target MLP probes are G = cells x targets, Q = 1, SY = targets, off = the first
@@ -39,7 +38,7 @@
 #define KMAX 16
 #define MODE_RESIDUAL 0  /* r = out - y: the squared-error loss and its gradients */
 #define MODE_FORWARD 1   /* write out[g, q, k, i] into out_w ([G, Q, K, B]); no loss, no grad */
-#define MODE_GIVEN 2     /* r = y: y is dL/dout / scale, for any loss of out (the critic) */
+#define MODE_MIXTURE 2   /* dL/dout from the critic's mixture (critic_step); no loss */
 
 typedef float vf __attribute__((vector_size(4 * V)));
 typedef int32_t vi __attribute__((vector_size(4 * V)));
@@ -98,17 +97,155 @@ static inline void gelu(vf x, vf *act, vf *slope) {
     *slope = cdf + x * 0.39894228040143268f * e;
 }
 
+/* log(x) for normal x > 0: exponent and mantissa m in [sqrt(1/2), sqrt 2), then
+   log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, by its series to s^9
+   (truncation below 1e-9). */
+static inline vf log_positive(vf x) {
+    vi bits = (vi)x;
+    vi e = ((bits >> 23) & 0xff) - 127;
+    vf m = (vf)((bits & 0x007fffff) | 0x3f800000);  /* [1, 2) */
+    vi big = m > splat(1.41421356237f);
+    m = (vf)((big & (vi)(m * 0.5f)) | (~big & (vi)m));
+    e -= big;  /* big is -1 where m was halved */
+    vf f = m - 1.0f, t = f / (m + 1.0f), t2 = t * t;
+    vf p = ((((1.0f / 9.0f) * t2 + 1.0f / 7.0f) * t2 + 1.0f / 5.0f) * t2 + 1.0f / 3.0f) * t2 + 1.0f;
+    return 2.0f * t * p + __builtin_convertvector(e, vf) * 0.69314718055994531f;
+}
+
+static inline vf vmax(vf a, vf b) { vi gt = a > b; return (vf)((gt & (vi)a) | (~gt & (vi)b)); }
+
+/* softplus(x) = log(1 + exp(x)) >= 0 and -log sigmoid(x) = softplus(-x) = softplus(x) - x. */
+static inline vf softplus(vf x, vf *neg_log_sigmoid) {
+    vf tail = log_positive(1.0f + exp_nonpositive(-vmax(x, -x)));
+    *neg_log_sigmoid = tail + vmax(-x, splat(0.0f));
+    return tail + vmax(x, splat(0.0f));
+}
+
+/* ---- the critic probe's mixture: dL/dout of one block of samples ---------------------
+
+   For C cells, S positions, P = KC + 2 mixture parts (null, positional, KC content), k
+   coordinates, R = P + k + 1 readout rows and B samples (float32, C order), per (c, s, i):
+   the readout o[c, s, :, i] holds P logits, the k positional means pm and the raw
+   positional log-scale u; the targets are y[s, b, i] ([S, k, B]); with FL = the scale floor,
+
+       lp     = log_softmax(logits),  pls = FL + softplus(u - FL),  piv = exp(-2 pls)
+       z_a    = sum_b rot[c, a, b] y[s, b, i]                     (the cell's basis)
+       part_0 = lp_0 + nul[c,s,i]
+       part_1 = lp_1 - k pls - k log(2 pi) / 2 - piv sum_a (z_a - pm_a)^2 / 2 + ld[c]
+       part_j = lp_j + cn[c,j,i] - sum_a civ[c,j,a,i] (z_a - cm[c,j,a,i])^2 / 2 + ld[c]
+
+   (j = 2 .. P-1 for the content components j - 2). For L = scale * sum log sum_p
+   exp(part_p), mixture_block gives dL/do of a block of samples and adds to dL/d cm, civ,
+   cn (in memory, [C, KC, k, B] and [C, KC, B]) and to the per-lane sums of dL/drot and
+   dL/dld (acc, [C][k k + 1] vectors). Every exp has a non-positive argument. */
+typedef struct {
+    int64_t S, KC, k, B;
+    float floor_, scale;
+    const float *cm, *civ, *cn, *y, *rot, *nul, *ld;
+    float *g_cm, *g_civ, *g_cn;
+    vf *acc;
+} Mixture;
+
+static inline void mixture_block(const Mixture *mx, int64_t c, int64_t s, int64_t i0,
+                                 int64_t nv, const vf *o, vf *go) {
+    const int64_t KC = mx->KC, k = mx->k, B = mx->B, P = KC + 2, cs = c * mx->S + s;
+    const float floor_ = mx->floor_, scale = mx->scale, *rc = mx->rot + c * k * k;
+    const float half_log = 0.91893853320467274f * (float)k;  /* k log(2 pi) / 2 */
+#define LD(p) (nv == V ? load(p) : load_part(p, nv))
+#define ST(p, v) do { float *q_ = (p); vf v_ = (v); \
+                      if (nv == V) store(q_, v_); else for (int u_ = 0; u_ < nv; u_++) q_[u_] = v_[u_]; \
+                  } while (0)
+    vf yy[KMAX], zz[KMAX], part[KMAX], pi[KMAX], dpos[KMAX], dc[KMAX - 2][KMAX];
+    for (int64_t b = 0; b < k; b++) yy[b] = LD(mx->y + (s * k + b) * B + i0);
+    for (int64_t a = 0; a < k; a++) {
+        zz[a] = splat(0.0f);
+        for (int64_t b = 0; b < k; b++) zz[a] += rc[a * k + b] * yy[b];
+    }
+    vf ltop = o[0];  /* log_softmax of the logits */
+    for (int64_t p = 1; p < P; p++) ltop = vmax(ltop, o[p]);
+    vf lsum = splat(0.0f);
+    for (int64_t p = 0; p < P; p++) {
+        pi[p] = exp_nonpositive(o[p] - ltop);
+        lsum += pi[p];
+    }
+    vf lnorm = ltop + log_positive(lsum), rs = 1.0f / lsum, nls;
+    vf sp = softplus(o[P + k] - floor_, &nls);
+    vf pls = floor_ + sp;
+    vf iv = exp_nonpositive(-2.0f * sp) * __builtin_expf(-2.0f * floor_);
+    vf qpos = splat(0.0f);
+    for (int64_t a = 0; a < k; a++) {
+        dpos[a] = zz[a] - o[P + a];
+        qpos += dpos[a] * dpos[a] * iv;
+    }
+    const float ldc = mx->ld[c];
+    part[0] = o[0] - lnorm + LD(mx->nul + cs * B + i0);
+    part[1] = o[1] - lnorm - (float)k * pls - half_log - 0.5f * qpos + ldc;
+    for (int64_t j = 0; j < KC; j++) {
+        const int64_t cj = c * KC + j;
+        vf q = splat(0.0f);
+        for (int64_t a = 0; a < k; a++) {
+            dc[j][a] = zz[a] - LD(mx->cm + (cj * k + a) * B + i0);
+            q += dc[j][a] * dc[j][a] * LD(mx->civ + (cj * k + a) * B + i0);
+        }
+        part[2 + j] = o[2 + j] - lnorm + LD(mx->cn + cj * B + i0) - 0.5f * q + ldc;
+    }
+    vf top = part[0];
+    for (int64_t p = 1; p < P; p++) top = vmax(top, part[p]);
+    vf total = splat(0.0f);
+    for (int64_t p = 0; p < P; p++) {
+        part[p] = exp_nonpositive(part[p] - top);
+        total += part[p];
+    }
+    vf mask = splat(0.0f);
+    for (int v = 0; v < nv; v++) mask[v] = 1.0f;
+    vf w = scale * mask / total;  /* dL/dpart_p = w * exp(part_p - top) */
+    for (int64_t p = 0; p < P; p++) {
+        part[p] *= w;
+        /* through log_softmax: dL/dlogit_p = dL/dpart_p - pi_p sum_q dL/dpart_q */
+        go[p] = part[p] - scale * mask * pi[p] * rs;
+    }
+    vf gz[KMAX], sq = splat(0.0f);
+    for (int64_t a = 0; a < k; a++) {
+        sq += dpos[a] * dpos[a];
+        gz[a] = -part[1] * dpos[a] * iv;  /* dL/dz_a from the positional part */
+        go[P + a] = -gz[a];
+    }
+    /* dL/du through pls (-k), piv (-2 piv) and the floor (sigmoid) */
+    go[P + k] = part[1] * (iv * sq - (float)k) * exp_nonpositive(-nls);
+    vf used = part[1];
+    for (int64_t j = 0; j < KC; j++) {
+        const int64_t cj = c * KC + j;
+        used += part[2 + j];
+        float *gcn = mx->g_cn + cj * B + i0;
+        ST(gcn, LD(gcn) + part[2 + j]);
+        for (int64_t a = 0; a < k; a++) {
+            const int64_t at = (cj * k + a) * B + i0;
+            vf d = dc[j][a], g = -part[2 + j] * d * LD(mx->civ + at);
+            gz[a] += g;
+            ST(mx->g_cm + at, LD(mx->g_cm + at) - g);
+            ST(mx->g_civ + at, LD(mx->g_civ + at) - 0.5f * part[2 + j] * d * d);
+        }
+    }
+    vf *acc = mx->acc + c * (k * k + 1);
+    for (int64_t a = 0; a < k; a++)
+        for (int64_t b = 0; b < k; b++) acc[a * k + b] += gz[a] * yy[b];
+    acc[k * k] += used;
+#undef LD
+#undef ST
+}
+
 /* Returns 0, or -1 when K is not in 1..KMAX or scratch memory is unavailable.
 
    Per (group, query): a forward sweep over blocks of V samples (all H units of a block,
    then its residual) keeps act and slope of every block, [H][NB] vectors, and the
    residual gradient [K][NB]; the backward sweep then runs unit by unit over the blocks,
    so the K weight-gradient sums and the offset's sum of a unit stay in registers. */
-int gelu_readout_mode(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
-                      const float *base, const float *off, const float *w, const float *bias,
-                      const float *y, float scale, int grad, float *loss, float *g_base,
-                      float *g_off, float *g_w, float *g_bias, int mode, float *out_w) {
-    if (K > KMAX || K < 1 || mode < MODE_RESIDUAL || mode > MODE_GIVEN) return -1;
+static int readout_pass(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
+                        const float *base, const float *off, const float *w, const float *bias,
+                        const float *y, float scale, int grad, float *loss, float *g_base,
+                        float *g_off, float *g_w, float *g_bias, int mode, float *out_w,
+                        const Mixture *mx) {
+    if (K > KMAX || K < 1 || mode < MODE_RESIDUAL || mode > MODE_MIXTURE) return -1;
     if (mode == MODE_FORWARD) grad = 0;
     const int64_t NB = (B + V - 1) / V;  /* blocks of samples, the last one maybe partial */
     vf *scratch = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)((2 * H + K) * NB + K * H));
@@ -138,8 +275,7 @@ int gelu_readout_mode(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int
                     gelu(x, &a, &d);
                     as[h * NB + j] = a;
                     ds[h * NB + j] = d;
-                    if (mode != MODE_GIVEN)
-                        for (int64_t k = 0; k < K; k++) out[k] += wg[k * H + h] * a;
+                    for (int64_t k = 0; k < K; k++) out[k] += wg[k * H + h] * a;
                 }
                 if (mode == MODE_FORWARD) {  /* out[g, q, k, i], nothing else */
                     float *oo = out_w + (g * Q + q) * K * B + i0;
@@ -147,12 +283,21 @@ int gelu_readout_mode(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int
                         for (int v = 0; v < nv; v++) oo[k * B + v] = out[k][v];
                     continue;
                 }
+                if (mode == MODE_MIXTURE) {  /* dL/dout, scaled and 0 in the padding */
+                    vf go[KMAX];
+                    mixture_block(mx, g, q, i0, nv, out, go);
+                    for (int64_t k = 0; k < K; k++) {
+                        grs[k * NB + j] = go[k];
+                        bias_acc[k] += go[k];
+                    }
+                    continue;
+                }
                 vf mask = splat(0.0f);
                 for (int v = 0; v < nv; v++) mask[v] = 1.0f;
                 for (int64_t k = 0; k < K; k++) {
                     const float *yk = yq + k * B + i0;
                     vf yv = nv == V ? load(yk) : load_part(yk, nv);
-                    vf r = (mode == MODE_GIVEN ? yv : out[k] - yv) * mask;
+                    vf r = (out[k] - yv) * mask;
                     loss_acc += r * r;
                     grs[k * NB + j] = scale * r;  /* 0 in the padding lanes */
                     bias_acc[k] += scale * r;
@@ -194,6 +339,15 @@ int gelu_readout_mode(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int
     return 0;
 }
 
+int gelu_readout_mode(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
+                      const float *base, const float *off, const float *w, const float *bias,
+                      const float *y, float scale, int grad, float *loss, float *g_base,
+                      float *g_off, float *g_w, float *g_bias, int mode, float *out_w) {
+    if (mode == MODE_MIXTURE) return -1;
+    return readout_pass(G, Q, H, B, K, SY, base, off, w, bias, y, scale, grad, loss, g_base,
+                        g_off, g_w, g_bias, mode, out_w, NULL);
+}
+
 /* The MSE form above (mode MODE_RESIDUAL), the interface of the MLP and query probes. */
 int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t SY,
                  const float *base, const float *off, const float *w, const float *bias,
@@ -203,108 +357,105 @@ int gelu_readout(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, int64_t 
                              g_base, g_off, g_w, g_bias, MODE_RESIDUAL, NULL);
 }
 
-/* ---- the critic probe's mixture: responsibilities and gradients, fused -----------------
+/* ---- the critic probe's null: its log-density and sufficient statistics --------------
 
-   For C cells, S positions, P = KC + 2 mixture parts (null, positional, KC content), k
-   coordinates and B samples (float32, C order), per (c, s, i):
+   For C cells, S positions, K0 components, k coordinates and B samples (float32, C order),
+   with targets z[s, a, i] ([S, k, B]) and per component j of (c, s) its mean m[c,s,j,a],
+   inverse variance iv[c,s,j,a] and constant cst[c,s,j] (log weight - sum_a log sigma_a
+   - k log(2 pi) / 2):
 
-       q_pos  = sum_a (z[c,s,a,i] - pm[c,s,a,i])^2 piv[c,s,i]
-       q_j    = sum_a (z[c,s,a,i] - cm[c,j,a,i])^2 civ[c,j,a,i]          (j < KC)
-       part_0 = lp[c,s,0,i] + nul[c,s,i]
-       part_1 = lp[c,s,1,i] + pn[c,s,i] - q_pos / 2 + ld[c]
-       part_j = lp[c,s,2+j,i] + cn[c,j,i] - q_j / 2 + ld[c]
-       r      = softmax over the P parts (the responsibilities)
+       part_j = cst[c,s,j] - sum_a iv (z - m)^2 / 2,     out[c,s,i] = log sum_j exp(part_j)
 
-   and for L = scale * sum log(sum_p exp(part_p)) the gradients with respect to lp, pm,
-   piv, pn, z (per element, overwritten), cm, civ, cn (summed over s, overwritten) and ld
-   (summed, overwritten). Every exp has a non-positive argument (part - max). */
-int critic_mixture(int64_t C, int64_t S, int64_t KC, int64_t k, int64_t B,
-                   const float *lp, const float *pm, const float *piv, const float *pn,
-                   const float *cm, const float *civ, const float *cn, const float *z,
-                   const float *nul, const float *ld, float scale,
-                   float *g_lp, float *g_pm, float *g_piv, float *g_pn, float *g_cm,
-                   float *g_civ, float *g_cn, float *g_z, float *g_ld) {
-    const int64_t P = KC + 2;
-    if (KC < 1 || KC > KMAX - 2 || k < 1 || k > KMAX) return -1;
+   and the sums over i of the responsibilities g_j = exp(part_j - out) against the features
+   [z^2, z, 1]: stats[c,s,j,:] = [sum g_j z_a^2 (k values), sum g_j z_a (k), sum g_j]
+   (overwritten). */
+int critic_null(int64_t C, int64_t S, int64_t K0, int64_t k, int64_t B, const float *z,
+                const float *m, const float *iv, const float *cst, float *out, float *stats) {
+    if (K0 < 1 || K0 > KMAX || k < 1 || k > KMAX) return -1;
+    const int64_t F = 2 * k + 1;
+    for (int64_t c = 0; c < C; c++) {
+        for (int64_t s = 0; s < S; s++) {
+            const int64_t cs = c * S + s;
+            vf acc[KMAX][2 * KMAX + 1];
+            for (int64_t j = 0; j < K0; j++)
+                for (int64_t f = 0; f < F; f++) acc[j][f] = splat(0.0f);
+            for (int64_t i0 = 0; i0 < B; i0 += V) {
+                const int64_t nv = B - i0 < V ? B - i0 : V;
+                vf zz[KMAX], part[KMAX];
+                for (int64_t a = 0; a < k; a++) {
+                    const float *p = z + (s * k + a) * B + i0;
+                    zz[a] = nv == V ? load(p) : load_part(p, nv);
+                }
+                vf top = splat(-3.0e38f);
+                for (int64_t j = 0; j < K0; j++) {
+                    const int64_t cj = cs * K0 + j;
+                    vf q = splat(0.0f);
+                    for (int64_t a = 0; a < k; a++) {
+                        vf d = zz[a] - m[cj * k + a];
+                        q += d * d * iv[cj * k + a];
+                    }
+                    part[j] = cst[cj] - 0.5f * q;
+                    top = vmax(top, part[j]);
+                }
+                vf total = splat(0.0f);
+                for (int64_t j = 0; j < K0; j++) {
+                    part[j] = exp_nonpositive(part[j] - top);
+                    total += part[j];
+                }
+                vf lo = top + log_positive(total);
+                for (int v = 0; v < nv; v++) out[cs * B + i0 + v] = lo[v];
+                vf mask = splat(0.0f);
+                for (int v = 0; v < nv; v++) mask[v] = 1.0f;
+                vf r = mask / total;
+                for (int64_t j = 0; j < K0; j++) {
+                    vf g = part[j] * r;
+                    for (int64_t a = 0; a < k; a++) {
+                        vf gz = g * zz[a];
+                        acc[j][a] += gz * zz[a];
+                        acc[j][k + a] += gz;
+                    }
+                    acc[j][2 * k] += g;
+                }
+            }
+            for (int64_t j = 0; j < K0; j++)
+                for (int64_t f = 0; f < F; f++) stats[(cs * K0 + j) * F + f] = sum(acc[j][f]);
+        }
+    }
+    return 0;
+}
+
+/* ---- the critic probe's training step: hidden layer, readout and mixture in one pass ---
+
+   The pass of gelu_readout with G = C cells, Q = S positions (off = the query offsets),
+   K = R = KC + k + 3 readout rows, and dL/dout from mixture_block in place of the
+   residual: writes g_base, g_off, g_w, g_bias (as gelu_readout) and dL/d cm, civ, cn, rot
+   ([C, k, k]) and ld ([C]), all overwritten, for L = scale * sum log mixture. Returns 0,
+   or -1 for sizes out of range or without scratch memory. */
+int critic_step(int64_t C, int64_t S, int64_t H, int64_t B, int64_t KC, int64_t k,
+                float floor_, float scale, const float *base, const float *off,
+                const float *w, const float *bias, const float *cm, const float *civ,
+                const float *cn, const float *y, const float *rot, const float *nul,
+                const float *ld, float *g_base, float *g_off, float *g_w, float *g_bias,
+                float *g_cm, float *g_civ, float *g_cn, float *g_rot, float *g_ld) {
+    const int64_t R = KC + k + 3;
+    if (KC < 1 || R > KMAX || k < 1) return -1;
+    vf *acc = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)(C * (k * k + 1)));
+    float *loss = malloc(sizeof(float) * (size_t)C);
+    if (acc == NULL || loss == NULL) { free(acc); free(loss); return -1; }
+    for (int64_t j = 0; j < C * (k * k + 1); j++) acc[j] = splat(0.0f);
     memset(g_cm, 0, sizeof(float) * (size_t)(C * KC * k * B));
     memset(g_civ, 0, sizeof(float) * (size_t)(C * KC * k * B));
     memset(g_cn, 0, sizeof(float) * (size_t)(C * KC * B));
-    for (int64_t c = 0; c < C; c++) {
-        vf ld_acc = splat(0.0f);
-        const float ldc = ld[c];
-        for (int64_t s = 0; s < S; s++) {
-            const int64_t cs = c * S + s;
-            for (int64_t i0 = 0; i0 < B; i0 += V) {
-                const int64_t nv = B - i0 < V ? B - i0 : V;
-#define LD(p) (nv == V ? load(p) : load_part(p, nv))
-                vf zz[KMAX], part[KMAX], dpos[KMAX], dc[KMAX - 2][KMAX];
-                for (int64_t a = 0; a < k; a++) zz[a] = LD(z + (cs * k + a) * B + i0);
-                vf iv = LD(piv + cs * B + i0), qpos = splat(0.0f);
-                for (int64_t a = 0; a < k; a++) {
-                    dpos[a] = zz[a] - LD(pm + (cs * k + a) * B + i0);
-                    qpos += dpos[a] * dpos[a] * iv;
-                }
-                part[0] = LD(lp + (cs * P) * B + i0) + LD(nul + cs * B + i0);
-                part[1] = LD(lp + (cs * P + 1) * B + i0) + LD(pn + cs * B + i0) - 0.5f * qpos + ldc;
-                for (int64_t j = 0; j < KC; j++) {
-                    const int64_t cj = c * KC + j;
-                    vf q = splat(0.0f);
-                    for (int64_t a = 0; a < k; a++) {
-                        dc[j][a] = zz[a] - LD(cm + (cj * k + a) * B + i0);
-                        q += dc[j][a] * dc[j][a] * LD(civ + (cj * k + a) * B + i0);
-                    }
-                    part[2 + j] = LD(lp + (cs * P + 2 + j) * B + i0) + LD(cn + cj * B + i0)
-                                  - 0.5f * q + ldc;
-                }
-                vf top = part[0];
-                for (int64_t p = 1; p < P; p++) top = (vf)((vi)(part[p] > top) & (vi)part[p]
-                                                           | ~(vi)(part[p] > top) & (vi)top);
-                vf total = splat(0.0f);
-                for (int64_t p = 0; p < P; p++) {
-                    part[p] = exp_nonpositive(part[p] - top);
-                    total += part[p];
-                }
-                vf mask = splat(0.0f);
-                for (int v = 0; v < nv; v++) mask[v] = 1.0f;
-                vf w = scale * mask / total;  /* dL/dpart_p = w * exp(part_p - top) */
-                vf gz[KMAX];
-                for (int64_t p = 0; p < P; p++) part[p] *= w;
-#define ST(p, v) do { float *q_ = (p); vf v_ = (v); \
-                      if (nv == V) store(q_, v_); else for (int u = 0; u < nv; u++) q_[u] = v_[u]; \
-                  } while (0)
-                for (int64_t p = 0; p < P; p++) ST(g_lp + (cs * P + p) * B + i0, part[p]);
-                ST(g_pn + cs * B + i0, part[1]);
-                vf sq = splat(0.0f);
-                for (int64_t a = 0; a < k; a++) {
-                    sq += dpos[a] * dpos[a];
-                    vf g = -part[1] * dpos[a] * iv;  /* dL/dz_a from the positional part */
-                    gz[a] = g;
-                    ST(g_pm + (cs * k + a) * B + i0, -g);
-                }
-                ST(g_piv + cs * B + i0, -0.5f * part[1] * sq);
-                vf used = part[1];
-                for (int64_t j = 0; j < KC; j++) {
-                    const int64_t cj = c * KC + j;
-                    used += part[2 + j];
-                    float *gcn = g_cn + cj * B + i0;
-                    vf prev = LD(gcn);
-                    ST(gcn, prev + part[2 + j]);
-                    for (int64_t a = 0; a < k; a++) {
-                        const int64_t at = (cj * k + a) * B + i0;
-                        vf civa = LD(civ + at), d = dc[j][a];
-                        vf g = -part[2 + j] * d * civa;
-                        gz[a] += g;
-                        ST(g_cm + at, LD(g_cm + at) - g);
-                        ST(g_civ + at, LD(g_civ + at) - 0.5f * part[2 + j] * d * d);
-                    }
-                }
-                for (int64_t a = 0; a < k; a++) ST(g_z + (cs * k + a) * B + i0, gz[a]);
-                ld_acc += used;
-#undef LD
-#undef ST
-            }
-        }
-        g_ld[c] = sum(ld_acc);
+    Mixture mx = {S, KC, k, B, floor_, scale, cm, civ, cn, y, rot, nul, ld,
+                  g_cm, g_civ, g_cn, acc};
+    int status = readout_pass(C, S, H, B, R, 1, base, off, w, bias, NULL, 1.0f, 1, loss,
+                              g_base, g_off, g_w, g_bias, MODE_MIXTURE, NULL, &mx);
+    for (int64_t c = 0; status == 0 && c < C; c++) {
+        const vf *a = acc + c * (k * k + 1);
+        for (int64_t j = 0; j < k * k; j++) g_rot[c * k * k + j] = sum(a[j]);
+        g_ld[c] = sum(a[k * k]);
     }
-    return 0;
+    free(acc);
+    free(loss);
+    return status;
 }

@@ -3,8 +3,9 @@
 One C file (``gelu_readout.c`` beside this module): ``gelu_readout`` runs the hidden
 nonlinearity, the readout, the residual and their gradients for a minibatch of a group of
 probes without writing the ``[.., h, b]`` activations to memory (its modes also give the
-readout alone, or the gradients for a given dL/dout); ``critic_mixture`` the critic's
-mixture responsibilities and gradients (see the C file for the exact contracts).
+readout alone, or the gradients for a given dL/dout); ``critic_null`` the
+critic's null density and its statistics, ``critic_step`` the critic's training pass
+(the same pass with its mixture in place of the residual) (see the C file for the exact contracts).
 On first use it is compiled with the system C compiler (``$CC``, default ``cc``) for this
 machine (``-O3 -march=native``) into ``$XDG_CACHE_HOME/infoprobe/kernels`` (default
 ``~/.cache/infoprobe/kernels``), under a name that hashes the source, the compiler, the
@@ -34,8 +35,8 @@ import torch
 
 __all__ = ["ENV_SWITCH", "GeluReadoutKernel", "kernel", "pytorch_steps"]
 
-MODE_RESIDUAL, MODE_FORWARD, MODE_GIVEN = 0, 1, 2
-"""The C function's modes (gelu_readout.c): squared error, readout only, given dL/dout."""
+MODE_RESIDUAL, MODE_FORWARD = 0, 1
+"""The C function's modes (gelu_readout.c): squared error, readout only."""
 
 ENV_SWITCH = "INFOPROBE_NATIVE"
 """Environment variable: ``0`` turns the compiled kernel off (the PyTorch steps are used)."""
@@ -125,11 +126,14 @@ class GeluReadoutKernel:
         moded.restype = ctypes.c_int
         moded.argtypes = [*fn.argtypes, ctypes.c_int, ctypes.c_void_p]
         self.moded = moded
-        mixture = library.critic_mixture
-        mixture.restype = ctypes.c_int
-        mixture.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 10 + [ctypes.c_float]
-        mixture.argtypes += [ctypes.c_void_p] * 9
-        self.mixture_fn = mixture
+        step = library.critic_step
+        step.restype = ctypes.c_int
+        step.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_float] * 2 + [ctypes.c_void_p] * 20
+        self.critic_step_fn = step
+        null = library.critic_null
+        null.restype = ctypes.c_int
+        null.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 6
+        self.null_fn = null
         library.gelu_readout_kmax.restype = ctypes.c_int
         self.max_outputs = int(library.gelu_readout_kmax())
 
@@ -167,51 +171,52 @@ class GeluReadoutKernel:
         loss = torch.empty(base.shape[0])
         self._run(MODE_FORWARD, base, off, w, bias, None, 0.0, loss, None, out)
 
-    def backward(
+    def critic_step(
         self,
         base: torch.Tensor,
-        off: torch.Tensor | None,
+        off: torch.Tensor,
         w: torch.Tensor,
         bias: torch.Tensor,
-        g_out: torch.Tensor,
-        grads: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor],
+        mixture: tuple[torch.Tensor, ...],
+        floor: float,
+        scale: float,
+        grads: tuple[torch.Tensor, ...],
     ) -> None:
-        """The gradients ``grads`` (as in :meth:`__call__`) of any loss whose gradient with
-        respect to the readout is ``g_out [G, Q, k, b]``."""
-        G, Q = base.shape[0], 1 if off is None else off.shape[1]
-        y = g_out.view(G * Q, *g_out.shape[2:])
-        loss = torch.empty(G)
-        self._run(MODE_GIVEN, base, off, w, bias, y, 1.0, loss, grads, None)
-
-    def mixture(
-        self, inputs: tuple[torch.Tensor, ...], scale: float, grads: tuple[torch.Tensor, ...]
-    ) -> None:
-        """The critic's mixture gradients (``critic_mixture`` in the C file): ``inputs`` =
-        (lp ``[c, S, K+2, b]``, pm ``[c, S, k, b]``, piv ``[c, S, b]``, pn ``[c, S, b]``, cm
-        ``[c, K, k, b]``, civ ``[c, K, k, b]``, cn ``[c, K, b]``, z ``[c, S, k, b]``, null
-        ``[c, S, b]``, ld ``[c]``); ``grads`` = tensors of the shapes of the first eight and
-        of ld, overwritten with the gradients of ``scale`` times the summed log mixture."""
-        for t in (*inputs, *grads):
-            if not (t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"):
-                raise ValueError("critic_mixture: every tensor must be float32, contiguous, CPU")
-        c, n_pos, k, b = inputs[1].shape
-        status = self.mixture_fn(
-            c, n_pos, inputs[4].shape[1], k, b,
-            *(t.data_ptr() for t in inputs), float(scale), *(t.data_ptr() for t in grads),
+        """The critic's training pass (``critic_step`` in the C file): the hidden layer
+        ``GELU(base + off)`` read out by ``w`` (shapes as in :meth:`__call__`, k = K+3+k
+        rows) and the mixture of ``mixture`` = (cm ``[c, K, k, b]``, civ ``[c, K, k, b]``,
+        cn ``[c, K, b]``, y ``[S, k, b]``, rot ``[c, k, k]``, null ``[c, S, b]``, ld
+        ``[c]``); ``grads`` = (g_base, g_off, g_w, g_bias, then tensors of the shapes of cm,
+        civ, cn, rot and ld), overwritten with the gradients of ``scale`` times the summed
+        log mixture."""
+        _check_cpu("critic_step", (base, off, w, bias, *mixture, *grads))
+        (c, H, b), (K, k) = base.shape, mixture[0].shape[1:3]
+        status = self.critic_step_fn(
+            c, off.shape[1], H, b, K, k, float(floor), float(scale),
+            *(t.data_ptr() for t in (base, off, w, bias, *mixture, *grads)),
         )  # fmt: skip
         if status != 0:
-            raise ValueError(f"critic_mixture: k = {k} or K = {inputs[4].shape[1]} too large")
+            raise MemoryError(f"critic_step: K = {K}, k = {k} too large or no scratch memory")
+
+    def null(self, z: torch.Tensor, params: tuple[torch.Tensor, ...], out: torch.Tensor,
+             stats: torch.Tensor) -> None:  # fmt: skip
+        """The critic's null (``critic_null`` in the C file): targets ``z [S, k, b]``,
+        ``params`` = (means ``[c, S, K0, k]``, inverse variances ``[c, S, K0, k]``,
+        constants ``[c, S, K0]``); writes the log-density ``out [c, S, b]`` and the
+        responsibilities' sums ``stats [c, S, K0, 2k+1]``."""
+        _check_cpu("critic_null", (z, *params, out, stats))
+        c, n_pos, K0, k = params[0].shape
+        status = self.null_fn(c, n_pos, K0, k, z.shape[2],
+                              *(t.data_ptr() for t in (z, *params, out, stats)))  # fmt: skip
+        if status != 0:
+            raise ValueError(f"critic_null: k = {k} or K0 = {K0} too large")
 
     def _run(self, mode, base, off, w, bias, y, scale, loss, grads, out) -> None:
         G, H, B = base.shape
         Q = 1 if off is None else off.shape[1]
         K, S_y = w.shape[1], 1 if y is None else y.shape[0]
         tensors = [base, off, w, bias, y, loss, out, *(grads or ())]
-        for t in tensors:
-            if t is not None and not (
-                t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"
-            ):
-                raise ValueError("gelu_readout: every tensor must be float32, contiguous, CPU")
+        _check_cpu("gelu_readout", [t for t in tensors if t is not None])
 
         def ptr(t: torch.Tensor | None) -> int | None:
             return None if t is None else t.data_ptr()
@@ -226,6 +231,13 @@ class GeluReadoutKernel:
         )  # fmt: skip
         if status != 0:
             raise MemoryError(f"gelu_readout: k = {K} > {self.max_outputs} or no scratch memory")
+
+
+def _check_cpu(name: str, tensors) -> None:
+    """ValueError unless every tensor is float32, contiguous and on the CPU."""
+    for t in tensors:
+        if not (t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"):
+            raise ValueError(f"{name}: every tensor must be float32, contiguous, CPU")
 
 
 _switched_off = False

@@ -167,7 +167,7 @@ def handset_cache(tmp_path_factory):
     model = handset_model(T=T, d=D, position=POSITION)
     torch.manual_seed(7)
     untrained = InfoFlowTransformer(model.cfg)  # the random-init control: same architecture
-    x = np.random.default_rng(3).standard_normal((1400, T, D)).astype(np.float32)
+    x = np.random.default_rng(3).standard_normal((2100, T, D)).astype(np.float32)
     digest = hashlib.sha256(x.tobytes()).hexdigest()  # as if read from an inputs file
     spec = {"n": len(x), "task": None, "inputs": {"file": "x.npy", "sha256": digest}}
     provenance = {"model_config": model.cfg.to_dict(), "data_spec": spec}
