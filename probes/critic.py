@@ -250,24 +250,14 @@ class BatchedCritic(BatchedProbes):
         with torch.no_grad():
             z = y.permute(1, 2, 0).contiguous()  # [S, k, b]
             null = self._null_step(fused, z)  # [c, S, b]; the null's gradients set
-            state = self._state(x)
-            w_query, w_out, b_out = (t.contiguous() for t in (self.w_query, self.w_out, self.b_out))
-            content = torch.baddbmm(self.b_content.unsqueeze(2), self.w_content, x.transpose(1, 2))
-            content = content.view(c, 2, K, k, b)
-            cls = _log_scale(content[:, 1])  # [c, K, k, b]
-            civ = torch.exp(-2.0 * cls)
-            rotation = self.rotation.contiguous()
-            log_det = torch.linalg.slogdet(rotation)[1].contiguous()
-            mixture = (content[:, 0].contiguous(), civ, -cls.sum(dim=2) - 0.5 * k * LOG_2PI,
-                       z, rotation, null, log_det)  # fmt: skip
+            hidden, mixture, content = self._mixture_inputs(x, z, null)
+            civ, rotation = mixture[1], mixture[4]
             g_state = work("g_state", c, self.w_in.shape[1], b)
             g_cm, g_civ = torch.empty_like(civ), torch.empty_like(civ)
             g_rotation, g_ld = torch.empty_like(rotation), torch.empty(c)
-            grads = (g_state, torch.empty_like(w_query), torch.empty_like(w_out),
-                     torch.empty_like(b_out), g_cm, g_civ, torch.empty(c, K, b), g_rotation,
-                     g_ld)  # fmt: skip
-            fused.critic_step(state, w_query, w_out, b_out, mixture, LOG_SCALE_FLOOR,
-                              -1.0 / (b * n_pos), grads)  # fmt: skip
+            grads = (g_state, *(torch.empty_like(t) for t in hidden[1:]), g_cm, g_civ,
+                     torch.empty(c, K, b), g_rotation, g_ld)  # fmt: skip
+            fused.critic_step(*hidden, mixture, LOG_SCALE_FLOOR, -1.0 / (b * n_pos), grads)
             self.w_in.grad = torch.bmm(g_state, x)
             self.b_in.grad = g_state.sum(dim=2)
             self.w_query.grad, self.w_out.grad, self.b_out.grad = grads[1:4]
@@ -281,9 +271,46 @@ class BatchedCritic(BatchedProbes):
             g_rotation += g_ld.view(c, 1, 1) * torch.linalg.inv(rotation).transpose(1, 2)
             self.rotation.grad = g_rotation
 
-    def _null_step(self, fused: GeluReadoutKernel, z: torch.Tensor) -> torch.Tensor:
-        """log q0(y | s) ``[c, S, b]`` of targets ``z [S, k, b]``, and the gradients of the
-        null's own loss −Σ_c mean over (b, S) of it written into the null's parameters:
+    def eval_loss(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> torch.Tensor:
+        """:meth:`per_probe_loss` without gradients ``[c]``: in the fused kernel's pass of
+        :meth:`train_step` (no gradients) where it serves, else in PyTorch."""
+        fused = cpu_kernel(x.device, self.w_out.shape[1])
+        if fused is None:
+            return super().eval_loss(x, y, work)
+        with torch.no_grad():
+            z = y.permute(1, 2, 0).contiguous()  # [S, k, b]
+            null = self._null_step(fused, z, grad=False)
+            hidden, mixture, _ = self._mixture_inputs(x, z, null)
+            log_q = torch.empty(x.shape[0])
+            fused.critic_loss(*hidden, mixture, LOG_SCALE_FLOOR, log_q)
+            return -(log_q + null.sum(dim=(1, 2))) / (z.shape[0] * z.shape[2])
+
+    def _mixture_inputs(
+        self, x: torch.Tensor, z: torch.Tensor, null: torch.Tensor
+    ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...], torch.Tensor]:
+        """What the fused kernel's critic pass reads, for standardised states ``x [c, b,
+        E]``, targets ``z [S, k, b]`` and the null's values ``[c, S, b]``: the hidden
+        layer's (state ``[c, h, b]``, ``w_query``, ``w_out``, ``b_out``), the mixture's (cm,
+        civ, cn, z, basis, null, log |det basis|; native.GeluReadoutKernel.critic_step) and
+        the content head's raw outputs ``[c, 2, K, k, b]``."""
+        c, b, _ = x.shape
+        K, k = CONTENT_COMPONENTS, self.k
+        content = torch.baddbmm(self.b_content.unsqueeze(2), self.w_content, x.transpose(1, 2))
+        content = content.view(c, 2, K, k, b)
+        cls = _log_scale(content[:, 1])  # [c, K, k, b]
+        rotation = self.rotation.contiguous()
+        log_det = torch.linalg.slogdet(rotation)[1].contiguous()
+        mixture = (content[:, 0].contiguous(), torch.exp(-2.0 * cls),
+                   -cls.sum(dim=2) - 0.5 * k * LOG_2PI, z, rotation, null, log_det)  # fmt: skip
+        hidden = tuple(t.contiguous() for t in (self.w_query, self.w_out, self.b_out))
+        return (self._state(x), *hidden), mixture, content
+
+    def _null_step(
+        self, fused: GeluReadoutKernel, z: torch.Tensor, grad: bool = True
+    ) -> torch.Tensor:
+        """log q0(y | s) ``[c, S, b]`` of targets ``z [S, k, b]``, and (``grad``) the
+        gradients of the null's own loss −Σ_c mean over (b, S) of it written into the
+        null's parameters:
         by hand from the sums of the responsibilities γ of its components against the
         features [y², y, 1] (the fused kernel's ``null``)."""
         c, n_pos, K0, k = self.null_mean.shape
@@ -294,6 +321,8 @@ class BatchedCritic(BatchedProbes):
         const = log_w - log_scale.sum(-1) - 0.5 * k * LOG_2PI
         out, stats = torch.empty(c, n_pos, b), torch.empty(c, n_pos, K0, 2 * k + 1)
         fused.null(z, (m.contiguous(), a.contiguous(), const.contiguous()), out, stats)
+        if not grad:
+            return out
         stats *= -1.0 / (b * n_pos)  # d loss / d ψ (critic_scores.coefficients)
         g_quad, g_lin, g_const = stats[..., :k], stats[..., k : 2 * k], stats[..., -1:]
         self.null_mean.grad = a * (g_lin - g_const * m)

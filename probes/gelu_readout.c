@@ -137,13 +137,15 @@ static inline vf softplus(vf x, vf *neg_log_sigmoid) {
    (j = 2 .. P-1 for the content components j - 2). For L = scale * sum log sum_p
    exp(part_p), mixture_block gives dL/do of a block of samples and adds to dL/d cm, civ,
    cn (in memory, [C, KC, k, B] and [C, KC, B]) and to the per-lane sums of dL/drot and
-   dL/dld (acc, [C][k k + 1] vectors). Every exp has a non-positive argument. */
+   dL/dld (acc, [C][k k + 1] vectors); with ll, it adds the block's log mixture to ll[c].
+   Every exp has a non-positive argument. */
 typedef struct {
     int64_t S, KC, k, B;
     float floor_, scale;
     const float *cm, *civ, *cn, *y, *rot, *nul, *ld;
     float *g_cm, *g_civ, *g_cn;
-    vf *acc;
+    vf *acc;  /* [C][k k + 1]: dL/drot and dL/dld per lane; NULL: no gradients */
+    vf *ll;   /* [C]: the summed log mixture per lane; NULL: not wanted */
 } Mixture;
 
 static inline void mixture_block(const Mixture *mx, int64_t c, int64_t s, int64_t i0,
@@ -198,6 +200,8 @@ static inline void mixture_block(const Mixture *mx, int64_t c, int64_t s, int64_
     }
     vf mask = splat(0.0f);
     for (int v = 0; v < nv; v++) mask[v] = 1.0f;
+    if (mx->ll) mx->ll[c] += (top + log_positive(total)) * mask;
+    if (mx->acc == NULL) return;
     vf w = scale * mask / total;  /* dL/dpart_p = w * exp(part_p - top) */
     for (int64_t p = 0; p < P; p++) {
         part[p] *= w;
@@ -286,7 +290,7 @@ static int readout_pass(int64_t G, int64_t Q, int64_t H, int64_t B, int64_t K, i
                 if (mode == MODE_MIXTURE) {  /* dL/dout, scaled and 0 in the padding */
                     vf go[KMAX];
                     mixture_block(mx, g, q, i0, nv, out, go);
-                    for (int64_t k = 0; k < K; k++) {
+                    for (int64_t k = 0; grad && k < K; k++) {
                         grs[k * NB + j] = go[k];
                         bias_acc[k] += go[k];
                     }
@@ -447,7 +451,7 @@ int critic_step(int64_t C, int64_t S, int64_t H, int64_t B, int64_t KC, int64_t 
     memset(g_civ, 0, sizeof(float) * (size_t)(C * KC * k * B));
     memset(g_cn, 0, sizeof(float) * (size_t)(C * KC * B));
     Mixture mx = {S, KC, k, B, floor_, scale, cm, civ, cn, y, rot, nul, ld,
-                  g_cm, g_civ, g_cn, acc};
+                  g_cm, g_civ, g_cn, acc, NULL};
     int status = readout_pass(C, S, H, B, R, 1, base, off, w, bias, NULL, 1.0f, 1, loss,
                               g_base, g_off, g_w, g_bias, MODE_MIXTURE, NULL, &mx);
     for (int64_t c = 0; status == 0 && c < C; c++) {
@@ -456,6 +460,29 @@ int critic_step(int64_t C, int64_t S, int64_t H, int64_t B, int64_t KC, int64_t 
         g_ld[c] = sum(a[k * k]);
     }
     free(acc);
+    free(loss);
+    return status;
+}
+
+/* The critic's summed log mixture per cell, ll [C] (overwritten): critic_step's pass
+   (same inputs) without gradients. Returns 0, or -1 as critic_step. */
+int critic_loss(int64_t C, int64_t S, int64_t H, int64_t B, int64_t KC, int64_t k,
+                float floor_, const float *base, const float *off, const float *w,
+                const float *bias, const float *cm, const float *civ, const float *cn,
+                const float *y, const float *rot, const float *nul, const float *ld,
+                float *ll) {
+    const int64_t R = KC + k + 3;
+    if (KC < 1 || R > KMAX || k < 1) return -1;
+    vf *lanes = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)C);
+    float *loss = malloc(sizeof(float) * (size_t)C);
+    if (lanes == NULL || loss == NULL) { free(lanes); free(loss); return -1; }
+    for (int64_t c = 0; c < C; c++) lanes[c] = splat(0.0f);
+    Mixture mx = {S, KC, k, B, floor_, 1.0f, cm, civ, cn, y, rot, nul, ld,
+                  NULL, NULL, NULL, NULL, lanes};
+    int status = readout_pass(C, S, H, B, R, 1, base, off, w, bias, NULL, 1.0f, 0, loss,
+                              NULL, NULL, NULL, NULL, MODE_MIXTURE, NULL, &mx);
+    for (int64_t c = 0; status == 0 && c < C; c++) ll[c] = sum(lanes[c]);
+    free(lanes);
     free(loss);
     return status;
 }

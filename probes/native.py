@@ -130,6 +130,10 @@ class GeluReadoutKernel:
         step.restype = ctypes.c_int
         step.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_float] * 2 + [ctypes.c_void_p] * 20
         self.critic_step_fn = step
+        loss = library.critic_loss
+        loss.restype = ctypes.c_int
+        loss.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_float] + [ctypes.c_void_p] * 12
+        self.critic_loss_fn = loss
         null = library.critic_null
         null.restype = ctypes.c_int
         null.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 6
@@ -197,6 +201,27 @@ class GeluReadoutKernel:
         )  # fmt: skip
         if status != 0:
             raise MemoryError(f"critic_step: K = {K}, k = {k} too large or no scratch memory")
+
+    def critic_loss(
+        self,
+        base: torch.Tensor,
+        off: torch.Tensor,
+        w: torch.Tensor,
+        bias: torch.Tensor,
+        mixture: tuple[torch.Tensor, ...],
+        floor: float,
+        ll: torch.Tensor,
+    ) -> None:
+        """The summed log mixture per cell ``ll [c]`` (``critic_loss`` in the C file): the
+        pass of :meth:`critic_step` (same inputs) without gradients."""
+        _check_cpu("critic_loss", (base, off, w, bias, *mixture, ll))
+        (c, H, b), (K, k) = base.shape, mixture[0].shape[1:3]
+        status = self.critic_loss_fn(
+            c, off.shape[1], H, b, K, k, float(floor),
+            *(t.data_ptr() for t in (base, off, w, bias, *mixture, ll)),
+        )  # fmt: skip
+        if status != 0:
+            raise MemoryError(f"critic_loss: K = {K}, k = {k} too large or no scratch memory")
 
     def null(self, z: torch.Tensor, params: tuple[torch.Tensor, ...], out: torch.Tensor,
              stats: torch.Tensor) -> None:  # fmt: skip

@@ -8,7 +8,7 @@ from infoprobe.commands.settingsargs import add_settings_arguments, settings_fro
 from infoprobe.pipeline.demo import DemoConfig, rate_line, run_demo, separation
 
 DESCRIPTION = """\
-The toolkit's point in one run (about 9 minutes on a 2-core CPU; under 5 with --probe
+The toolkit's point in one run (about 7 minutes on a 2-core CPU; under 5 with --probe
 linear): two models on the
 intrinsic-dimension task (D=2, T=16), one with (2,2) heads, which InfoFlow calls
 efficient, and one with (1,2), which it calls inefficient; it prints how much worse the
