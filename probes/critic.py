@@ -257,7 +257,7 @@ class BatchedCritic(BatchedProbes):
             g_rotation, g_ld = torch.empty_like(rotation), torch.empty(c)
             grads = (g_state, *(torch.empty_like(t) for t in hidden[1:]), g_cm, g_civ,
                      torch.empty(c, K, b), g_rotation, g_ld)  # fmt: skip
-            fused.critic_step(*hidden, mixture, LOG_SCALE_FLOOR, -1.0 / (b * n_pos), grads)
+            fused.critic_pass(hidden, mixture, LOG_SCALE_FLOOR, -1.0 / (b * n_pos), grads)
             self.w_in.grad = torch.bmm(g_state, x)
             self.b_in.grad = g_state.sum(dim=2)
             self.w_query.grad, self.w_out.grad, self.b_out.grad = grads[1:4]
@@ -282,7 +282,7 @@ class BatchedCritic(BatchedProbes):
             null = self._null_step(fused, z, grad=False)
             hidden, mixture, _ = self._mixture_inputs(x, z, null)
             log_q = torch.empty(x.shape[0])
-            fused.critic_loss(*hidden, mixture, LOG_SCALE_FLOOR, log_q)
+            fused.critic_pass(hidden, mixture, LOG_SCALE_FLOOR, ll=log_q)
             return -(log_q + null.sum(dim=(1, 2))) / (z.shape[0] * z.shape[2])
 
     def _mixture_inputs(
@@ -291,7 +291,7 @@ class BatchedCritic(BatchedProbes):
         """What the fused kernel's critic pass reads, for standardised states ``x [c, b,
         E]``, targets ``z [S, k, b]`` and the null's values ``[c, S, b]``: the hidden
         layer's (state ``[c, h, b]``, ``w_query``, ``w_out``, ``b_out``), the mixture's (cm,
-        civ, cn, z, basis, null, log |det basis|; native.GeluReadoutKernel.critic_step) and
+        civ, cn, z, basis, null, log |det basis|; native.GeluReadoutKernel.critic_pass) and
         the content head's raw outputs ``[c, 2, K, k, b]``."""
         c, b, _ = x.shape
         K, k = CONTENT_COMPONENTS, self.k

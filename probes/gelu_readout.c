@@ -16,7 +16,7 @@
        g_w[g, k, h]    = dL/dw,   g_bias[g, k] = dL/dbias       (overwritten)
 
    gelu_readout_mode adds MODE_FORWARD, which writes out [G, Q, K, B] and nothing else;
-   critic_step (below) runs the same pass with the critic's mixture in place of the
+   critic_pass (below) runs the same pass with the critic's mixture in place of the
    residual.
 
    The query probe is G = cells, Q = SY = positions, off = the query offsets; the
@@ -38,7 +38,7 @@
 #define KMAX 16
 #define MODE_RESIDUAL 0  /* r = out - y: the squared-error loss and its gradients */
 #define MODE_FORWARD 1   /* write out[g, q, k, i] into out_w ([G, Q, K, B]); no loss, no grad */
-#define MODE_MIXTURE 2   /* dL/dout from the critic's mixture (critic_step); no loss */
+#define MODE_MIXTURE 2   /* dL/dout from the critic's mixture (critic_pass); no loss */
 
 typedef float vf __attribute__((vector_size(4 * V)));
 typedef int32_t vi __attribute__((vector_size(4 * V)));
@@ -428,60 +428,50 @@ int critic_null(int64_t C, int64_t S, int64_t K0, int64_t k, int64_t B, const fl
     return 0;
 }
 
-/* ---- the critic probe's training step: hidden layer, readout and mixture in one pass ---
+/* ---- the critic probe's pass: hidden layer, readout and mixture in one sweep ----------
 
    The pass of gelu_readout with G = C cells, Q = S positions (off = the query offsets),
    K = R = KC + k + 3 readout rows, and dL/dout from mixture_block in place of the
-   residual: writes g_base, g_off, g_w, g_bias (as gelu_readout) and dL/d cm, civ, cn, rot
-   ([C, k, k]) and ld ([C]), all overwritten, for L = scale * sum log mixture. Returns 0,
-   or -1 for sizes out of range or without scratch memory. */
-int critic_step(int64_t C, int64_t S, int64_t H, int64_t B, int64_t KC, int64_t k,
+   residual, for L = scale * sum log mixture. With g_base non-NULL it writes g_base, g_off,
+   g_w, g_bias (as gelu_readout) and dL/d cm, civ, cn, rot ([C, k, k]) and ld ([C]); with
+   ll non-NULL the summed log mixture per cell, ll [C]; all overwritten. Returns 0, or -1
+   for sizes out of range or without scratch memory. */
+int critic_pass(int64_t C, int64_t S, int64_t H, int64_t B, int64_t KC, int64_t k,
                 float floor_, float scale, const float *base, const float *off,
                 const float *w, const float *bias, const float *cm, const float *civ,
                 const float *cn, const float *y, const float *rot, const float *nul,
                 const float *ld, float *g_base, float *g_off, float *g_w, float *g_bias,
-                float *g_cm, float *g_civ, float *g_cn, float *g_rot, float *g_ld) {
-    const int64_t R = KC + k + 3;
+                float *g_cm, float *g_civ, float *g_cn, float *g_rot, float *g_ld,
+                float *ll) {
+    const int64_t R = KC + k + 3, grad = g_base != NULL;
     if (KC < 1 || R > KMAX || k < 1) return -1;
-    vf *acc = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)(C * (k * k + 1)));
+    vf *acc = grad ? aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)(C * (k * k + 1))) : NULL;
+    vf *lanes = ll ? aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)C) : NULL;
     float *loss = malloc(sizeof(float) * (size_t)C);
-    if (acc == NULL || loss == NULL) { free(acc); free(loss); return -1; }
-    for (int64_t j = 0; j < C * (k * k + 1); j++) acc[j] = splat(0.0f);
-    memset(g_cm, 0, sizeof(float) * (size_t)(C * KC * k * B));
-    memset(g_civ, 0, sizeof(float) * (size_t)(C * KC * k * B));
-    memset(g_cn, 0, sizeof(float) * (size_t)(C * KC * B));
+    if ((grad && acc == NULL) || (ll && lanes == NULL) || loss == NULL) {
+        free(acc); free(lanes); free(loss);
+        return -1;
+    }
+    for (int64_t j = 0; grad && j < C * (k * k + 1); j++) acc[j] = splat(0.0f);
+    for (int64_t c = 0; ll && c < C; c++) lanes[c] = splat(0.0f);
+    if (grad) {
+        memset(g_cm, 0, sizeof(float) * (size_t)(C * KC * k * B));
+        memset(g_civ, 0, sizeof(float) * (size_t)(C * KC * k * B));
+        memset(g_cn, 0, sizeof(float) * (size_t)(C * KC * B));
+    }
     Mixture mx = {S, KC, k, B, floor_, scale, cm, civ, cn, y, rot, nul, ld,
-                  g_cm, g_civ, g_cn, acc, NULL};
-    int status = readout_pass(C, S, H, B, R, 1, base, off, w, bias, NULL, 1.0f, 1, loss,
-                              g_base, g_off, g_w, g_bias, MODE_MIXTURE, NULL, &mx);
+                  g_cm, g_civ, g_cn, acc, lanes};
+    int status = readout_pass(C, S, H, B, R, 1, base, off, w, bias, NULL, 1.0f, (int)grad,
+                              loss, g_base, g_off, g_w, g_bias, MODE_MIXTURE, NULL, &mx);
     for (int64_t c = 0; status == 0 && c < C; c++) {
-        const vf *a = acc + c * (k * k + 1);
-        for (int64_t j = 0; j < k * k; j++) g_rot[c * k * k + j] = sum(a[j]);
-        g_ld[c] = sum(a[k * k]);
+        if (grad) {
+            const vf *a = acc + c * (k * k + 1);
+            for (int64_t j = 0; j < k * k; j++) g_rot[c * k * k + j] = sum(a[j]);
+            g_ld[c] = sum(a[k * k]);
+        }
+        if (ll) ll[c] = sum(lanes[c]);
     }
     free(acc);
-    free(loss);
-    return status;
-}
-
-/* The critic's summed log mixture per cell, ll [C] (overwritten): critic_step's pass
-   (same inputs) without gradients. Returns 0, or -1 as critic_step. */
-int critic_loss(int64_t C, int64_t S, int64_t H, int64_t B, int64_t KC, int64_t k,
-                float floor_, const float *base, const float *off, const float *w,
-                const float *bias, const float *cm, const float *civ, const float *cn,
-                const float *y, const float *rot, const float *nul, const float *ld,
-                float *ll) {
-    const int64_t R = KC + k + 3;
-    if (KC < 1 || R > KMAX || k < 1) return -1;
-    vf *lanes = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)C);
-    float *loss = malloc(sizeof(float) * (size_t)C);
-    if (lanes == NULL || loss == NULL) { free(lanes); free(loss); return -1; }
-    for (int64_t c = 0; c < C; c++) lanes[c] = splat(0.0f);
-    Mixture mx = {S, KC, k, B, floor_, 1.0f, cm, civ, cn, y, rot, nul, ld,
-                  NULL, NULL, NULL, NULL, lanes};
-    int status = readout_pass(C, S, H, B, R, 1, base, off, w, bias, NULL, 1.0f, 0, loss,
-                              NULL, NULL, NULL, NULL, MODE_MIXTURE, NULL, &mx);
-    for (int64_t c = 0; status == 0 && c < C; c++) ll[c] = sum(lanes[c]);
     free(lanes);
     free(loss);
     return status;

@@ -4,7 +4,7 @@ One C file (``gelu_readout.c`` beside this module): ``gelu_readout`` runs the hi
 nonlinearity, the readout, the residual and their gradients for a minibatch of a group of
 probes without writing the ``[.., h, b]`` activations to memory (its modes also give the
 readout alone, or the gradients for a given dL/dout); ``critic_null`` the
-critic's null density and its statistics, ``critic_step`` the critic's training pass
+critic's null density and its statistics, ``critic_pass`` the critic's pass
 (the same pass with its mixture in place of the residual) (see the C file for the exact contracts).
 On first use it is compiled with the system C compiler (``$CC``, default ``cc``) for this
 machine (``-O3 -march=native``) into ``$XDG_CACHE_HOME/infoprobe/kernels`` (default
@@ -126,14 +126,10 @@ class GeluReadoutKernel:
         moded.restype = ctypes.c_int
         moded.argtypes = [*fn.argtypes, ctypes.c_int, ctypes.c_void_p]
         self.moded = moded
-        step = library.critic_step
-        step.restype = ctypes.c_int
-        step.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_float] * 2 + [ctypes.c_void_p] * 20
-        self.critic_step_fn = step
-        loss = library.critic_loss
-        loss.restype = ctypes.c_int
-        loss.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_float] + [ctypes.c_void_p] * 12
-        self.critic_loss_fn = loss
+        critic = library.critic_pass
+        critic.restype = ctypes.c_int
+        critic.argtypes = [ctypes.c_int64] * 6 + [ctypes.c_float] * 2 + [ctypes.c_void_p] * 21
+        self.critic_fn = critic
         null = library.critic_null
         null.restype = ctypes.c_int
         null.argtypes = [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 6
@@ -175,53 +171,32 @@ class GeluReadoutKernel:
         loss = torch.empty(base.shape[0])
         self._run(MODE_FORWARD, base, off, w, bias, None, 0.0, loss, None, out)
 
-    def critic_step(
+    def critic_pass(
         self,
-        base: torch.Tensor,
-        off: torch.Tensor,
-        w: torch.Tensor,
-        bias: torch.Tensor,
+        hidden: tuple[torch.Tensor, ...],
         mixture: tuple[torch.Tensor, ...],
         floor: float,
-        scale: float,
-        grads: tuple[torch.Tensor, ...],
+        scale: float = 1.0,
+        grads: tuple[torch.Tensor, ...] | None = None,
+        ll: torch.Tensor | None = None,
     ) -> None:
-        """The critic's training pass (``critic_step`` in the C file): the hidden layer
-        ``GELU(base + off)`` read out by ``w`` (shapes as in :meth:`__call__`, k = K+3+k
-        rows) and the mixture of ``mixture`` = (cm ``[c, K, k, b]``, civ ``[c, K, k, b]``,
-        cn ``[c, K, b]``, y ``[S, k, b]``, rot ``[c, k, k]``, null ``[c, S, b]``, ld
-        ``[c]``); ``grads`` = (g_base, g_off, g_w, g_bias, then tensors of the shapes of cm,
-        civ, cn, rot and ld), overwritten with the gradients of ``scale`` times the summed
-        log mixture."""
-        _check_cpu("critic_step", (base, off, w, bias, *mixture, *grads))
-        (c, H, b), (K, k) = base.shape, mixture[0].shape[1:3]
-        status = self.critic_step_fn(
-            c, off.shape[1], H, b, K, k, float(floor), float(scale),
-            *(t.data_ptr() for t in (base, off, w, bias, *mixture, *grads)),
-        )  # fmt: skip
+        """The critic's pass (``critic_pass`` in the C file): the hidden layer ``hidden`` =
+        (base, off, w, bias) (shapes as in :meth:`__call__`, K+3+k readout rows) and the
+        mixture of ``mixture`` = (cm ``[c, K, k, b]``, civ ``[c, K, k, b]``, cn ``[c, K,
+        b]``, y ``[S, k, b]``, rot ``[c, k, k]``, null ``[c, S, b]``, ld ``[c]``). Writes
+        ``grads`` = (g_base, g_off, g_w, g_bias, then tensors of the shapes of cm, civ, cn,
+        rot and ld): the gradients of ``scale`` times the summed log mixture; and ``ll
+        [c]``: the summed log mixture per cell."""
+        tensors = (*hidden, *mixture, *(grads or ()), *(() if ll is None else (ll,)))
+        _check_cpu("critic_pass", tensors)
+        (c, H, b), (K, k) = hidden[0].shape, mixture[0].shape[1:3]
+        pointers = [t.data_ptr() for t in (*hidden, *mixture)]
+        pointers += [None] * 9 if grads is None else [t.data_ptr() for t in grads]
+        pointers.append(None if ll is None else ll.data_ptr())
+        status = self.critic_fn(c, hidden[1].shape[1], H, b, K, k, float(floor), float(scale),
+                                *pointers)  # fmt: skip
         if status != 0:
-            raise MemoryError(f"critic_step: K = {K}, k = {k} too large or no scratch memory")
-
-    def critic_loss(
-        self,
-        base: torch.Tensor,
-        off: torch.Tensor,
-        w: torch.Tensor,
-        bias: torch.Tensor,
-        mixture: tuple[torch.Tensor, ...],
-        floor: float,
-        ll: torch.Tensor,
-    ) -> None:
-        """The summed log mixture per cell ``ll [c]`` (``critic_loss`` in the C file): the
-        pass of :meth:`critic_step` (same inputs) without gradients."""
-        _check_cpu("critic_loss", (base, off, w, bias, *mixture, ll))
-        (c, H, b), (K, k) = base.shape, mixture[0].shape[1:3]
-        status = self.critic_loss_fn(
-            c, off.shape[1], H, b, K, k, float(floor),
-            *(t.data_ptr() for t in (base, off, w, bias, *mixture, ll)),
-        )  # fmt: skip
-        if status != 0:
-            raise MemoryError(f"critic_loss: K = {K}, k = {k} too large or no scratch memory")
+            raise MemoryError(f"critic_pass: K = {K}, k = {k} too large or no scratch memory")
 
     def null(self, z: torch.Tensor, params: tuple[torch.Tensor, ...], out: torch.Tensor,
              stats: torch.Tensor) -> None:  # fmt: skip
