@@ -320,8 +320,9 @@ SEPARATION = Profile(
         "E=32: our choice",
     ),
     expected_runtime=(
-        "about 3.8 h on one core for the 12 runs (the pilot's 8 took 7490 s of run time); "
-        "the pilot's runs are this profile's (same run keys), so after the pilot 4 remain"
+        "3.1 h of run time on one core for the 12 runs (11164 s measured with --compile, "
+        "one thread; the pilot's 8 of them 7490 s): the pilot's runs are this profile's "
+        "(same run keys), so after the pilot 4 remain"
     ),
     checks=(
         *intrinsic_checks(SEPARATION_T, QUICK_HEADS),
