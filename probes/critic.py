@@ -253,10 +253,10 @@ class BatchedCritic(BatchedProbes):
             hidden, mixture, content = self._mixture_inputs(x, z, null)
             civ, rotation = mixture[1], mixture[4]
             g_state = work("g_state", c, self.w_in.shape[1], b)
-            g_cm, g_civ = torch.empty_like(civ), torch.empty_like(civ)
+            g_cm, g_civ, g_cn = torch.empty_like(civ), torch.empty_like(civ), torch.empty(c, K, b)
             g_rotation, g_ld = torch.empty_like(rotation), torch.empty(c)
-            grads = (g_state, *(torch.empty_like(t) for t in hidden[1:]), g_cm, g_civ,
-                     torch.empty(c, K, b), g_rotation, g_ld)  # fmt: skip
+            grads = (g_state, *(torch.empty_like(t) for t in hidden[1:]), g_cm, g_civ, g_cn,
+                     g_rotation, g_ld)  # fmt: skip
             fused.critic_pass(hidden, mixture, LOG_SCALE_FLOOR, -1.0 / (b * n_pos), grads)
             self.w_in.grad = torch.bmm(g_state, x)
             self.b_in.grad = g_state.sum(dim=2)
@@ -264,7 +264,7 @@ class BatchedCritic(BatchedProbes):
             g_content = torch.empty_like(content)
             g_content[:, 0] = g_cm
             floor = torch.sigmoid(content[:, 1] - LOG_SCALE_FLOOR)  # d log σ / d raw
-            g_content[:, 1] = (-2.0 * civ * g_civ - grads[6].unsqueeze(2)) * floor
+            g_content[:, 1] = (-2.0 * civ * g_civ - g_cn.unsqueeze(2)) * floor
             g_content = g_content.view(c, 2 * K * k, b)
             self.w_content.grad = torch.bmm(g_content, x)
             self.b_content.grad = g_content.sum(dim=2)
@@ -310,9 +310,8 @@ class BatchedCritic(BatchedProbes):
     ) -> torch.Tensor:
         """log q0(y | s) ``[c, S, b]`` of targets ``z [S, k, b]``, and (``grad``) the
         gradients of the null's own loss −Σ_c mean over (b, S) of it written into the
-        null's parameters:
-        by hand from the sums of the responsibilities γ of its components against the
-        features [y², y, 1] (the fused kernel's ``null``)."""
+        null's parameters, by hand from the sums of the responsibilities γ of its
+        components against the features [y², y, 1] (the fused kernel's ``null``)."""
         c, n_pos, K0, k = self.null_mean.shape
         b = z.shape[2]
         log_scale = _log_scale(self.null_log_scale)  # [c, S, K0, k]
@@ -329,7 +328,7 @@ class BatchedCritic(BatchedProbes):
         g_log_scale = a * (g_quad - 2.0 * m * g_lin + g_const * m.square()) - g_const
         floor = torch.sigmoid(self.null_log_scale - LOG_SCALE_FLOOR)  # d log σ / d raw
         self.null_log_scale.grad = g_log_scale * floor
-        total = stats[..., -1]  # [c, S, K0]
+        total = g_const.squeeze(-1)  # [c, S, K0]
         self.null_logit.grad = total - torch.exp(log_w) * total.sum(dim=-1, keepdim=True)
         return out
 
@@ -410,10 +409,10 @@ def critic_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> Pro
     params = E * hidden + hidden + S * hidden + (K + 3 + k) * (hidden + 1)
     params += 2 * K * k * (E + 1) + k * k
     params += S * K0 * (2 * k + 1)
-    # evaluation (PyTorch) keeps the readout [S, K+3+k, b] and the per-component
-    # densities [K+2+K0, S, b, k]; the PyTorch step also the hidden layer [h, S, b]; the
-    # fused step only the state and its gradient [h, b], the content head's values and
-    # gradients [4, K, k, b] and the null's values [S, b] (the rest stays in registers)
+    # scoring the test samples (PyTorch) keeps the readout [S, K+3+k, b] and the
+    # per-component densities [K+2+K0, S, b, k]; the PyTorch step also the hidden layer
+    # [h, S, b]; the fused step only the state and its gradient [h, b], the content
+    # head's values and gradients [4, K, k, b] and the null's values [S, b]
     outputs = S * b * (K + 3 + k) + (K + 2 + K0) * S * b * k
     fused = cpu_kernel(torch.device("cpu"), K + 3 + k) is not None
     step = 2 * hidden * b + 4 * K * k * b + S * b if fused else S * hidden * b + outputs
