@@ -138,6 +138,33 @@ HEADLINE = Profile(
     ),
 )
 
+# D = 3 and D = 4 at the headline cell's size, pre-registered before any of its runs: the
+# paper profile's widths (E = 48 for both), recipe and acceptance line, 2 seeds.
+HEADLINE_D34_WIDTHS = tuple((D, E) for D, E in PAPER_WIDTHS if D in (3, 4))
+HEADLINE_D34 = Profile(
+    name="headline-d34",
+    seeds=HEADLINE_SEEDS,
+    points=intrinsic_dim_points([(D, E, PAPER_TRAIN) for D, E in HEADLINE_D34_WIDTHS], T=64),
+    departures=(
+        "D=3 and D=4 only: the paper profile's cells beside the headline (T=64, d=4, E=48, "
+        "its recipe)",
+        f"{HEADLINE_SEEDS} seeds instead of {PAPER_SEEDS}",
+        "E=48: our choice, the paper's width is not stated",
+        "50k steps of 256 fresh samples: our choice",
+    ),
+    expected_runtime=(
+        "about 40 to 55 min per run on one CPU core with --compile (--estimate --compile on "
+        "one core of a 2-core AMD EPYC; docs/reproduction.md)"
+    ),
+    checks=tuple(
+        Check(
+            f"D={D}: (D,D) has >= 100x lower best NMSE than one head fewer",
+            partial(checks.nmse_gap, where={"D": D}, good="(D,D)", factor=100.0),
+        )
+        for D, _ in HEADLINE_D34_WIDTHS
+    ),
+)
+
 CLAIM = Claim(
     name="intrinsic-dim",
     title="Intrinsic dimension: a 2-layer model needs h1 >= D and h2 >= D",
@@ -146,7 +173,12 @@ CLAIM = Claim(
         "1e-4 to 1e-5 for D <= 4; one head fewer in either layer is two to three orders of "
         "magnitude worse; the gap narrows for D = 5, 6."
     ),
-    profiles={"quick": QUICK, "paper": PAPER, "headline": HEADLINE},
+    profiles={
+        "quick": QUICK,
+        "paper": PAPER,
+        "headline": HEADLINE,
+        "headline-d34": HEADLINE_D34,
+    },
     figures=(
         FigureSpec(
             name="nmse_vs_D",
