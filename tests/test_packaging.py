@@ -1,6 +1,7 @@
 """Packaging: the pillars install under infoprobe.*, never as top-level modules."""
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,31 +13,99 @@ ROOT = Path(__file__).resolve().parents[1]
 PILLARS = ("hooks", "probes", "tasks")
 
 
-@pytest.mark.slow
-def test_wheel_has_pillars_under_infoprobe_and_no_top_level_pillars(tmp_path):
+def build_wheel(folder: Path) -> list[str]:
+    """Build infoprobe's wheel into ``folder`` (no dependencies, this venv's setuptools)
+    from a copy of the tree, so no ``build/`` left by an earlier build can fill a gap, and
+    return the names of the files in it."""
+    source = folder / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info", ".*")
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for top in ("infoprobe", *PILLARS):
+        shutil.copytree(ROOT / top, source / top, ignore=ignore)
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(folder), str(source)],
         check=True,
         capture_output=True,
+    )  # fmt: skip
+    (wheel,) = folder.glob("infoprobe-*.whl")
+    return zipfile.ZipFile(wheel).namelist()
+
+
+def installed_name(path: Path) -> str:
+    """Where a source file of the tree lands in the wheel (the pillars under infoprobe/)."""
+    rel = path.relative_to(ROOT).as_posix()
+    return rel if rel.startswith("infoprobe/") else f"infoprobe/{rel}"
+
+
+def shipped_sources() -> list[Path]:
+    """Every module and kernel source of infoprobe/ and the pillars (the wheel's content)."""
+    return sorted(
+        path
+        for top in ("infoprobe", *PILLARS)
+        for pattern in ("*.py", "*.c")
+        for path in (ROOT / top).rglob(pattern)
+        if "__pycache__" not in path.parts
     )
-    (wheel,) = tmp_path.glob("infoprobe-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+
+
+@pytest.mark.slow
+def test_wheel_holds_every_source_and_no_top_level_pillar(tmp_path):
+    """Every .py and .c file under infoprobe/, hooks/, probes/ and tasks/ is in the wheel
+    (a package missing from it breaks every command of a non-editable install)."""
+    names = set(build_wheel(tmp_path))
+    sources = shipped_sources()
+    assert len(sources) > 150
+    missing = [installed_name(p) for p in sources if installed_name(p) not in names]
+    assert not missing, f"not in the wheel: {missing}"
     for pillar in PILLARS:
-        assert f"infoprobe/{pillar}/__init__.py" in names
         assert not any(n.startswith(f"{pillar}/") for n in names)
-    assert "infoprobe/tasks/registry.py" in names
     assert any(n.endswith("entry_points.txt") for n in names)
+
+
+def test_the_wheel_check_sees_a_new_subpackage():
+    """The check above is not vacuous: a file in a subpackage maps to its installed name."""
+    assert installed_name(ROOT / "probes" / "x" / "y.py") == "infoprobe/probes/x/y.py"
+    assert installed_name(ROOT / "infoprobe" / "foreign" / "trust.py") == (
+        "infoprobe/foreign/trust.py"
+    )
+    assert ROOT / "infoprobe" / "foreign" / "trust.py" in shipped_sources()
+
+
+# Import names of the distributions that pyproject.toml declares (import name != name).
+IMPORT_NAMES = {"scikit-learn": "sklearn", "transformer-lens": "transformer_lens"}
+
+
+def declared_imports() -> set[str]:
+    """The import names of pyproject.toml's dependencies (and optional extras)."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = list(project["dependencies"])
+    for extra in project.get("optional-dependencies", {}).values():
+        specs += extra
+    names = {re.match(r"[A-Za-z0-9_.-]+", s).group(0).lower() for s in specs}
+    return {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names}
+
+
+def test_every_library_imported_is_declared():
+    """A third-party library that infoprobe or a pillar imports is a declared dependency,
+    never one that happens to arrive through another (scipy through scikit-learn)."""
+    stdlib = set(sys.stdlib_module_names)
+    declared = declared_imports()
+    undeclared = {}
+    for path in shipped_sources():
+        if path.suffix != ".py":
+            continue
+        package = ".".join(Path(installed_name(path)).parent.parts)
+        for module in imported_modules(path, package):
+            top = module.split(".")[0]
+            if top and top not in stdlib and top != "infoprobe" and top not in declared:
+                undeclared.setdefault(top, path.relative_to(ROOT).as_posix())
+    assert not undeclared, f"imported but not in pyproject.toml's dependencies: {undeclared}"
 
 
 def imported_modules(path: Path, package: str) -> set[str]:
