@@ -46,7 +46,7 @@ from cache_common import (
 
 from infoprobe.checkpoint import load_checkpoint
 from infoprobe.cli import main as cli_main
-from infoprobe.pipeline.caching import DATA_SEED_OFFSET
+from infoprobe.pipeline.cache_settings import DATA_SEED_OFFSET
 
 GATE = 1.5
 

@@ -5,57 +5,37 @@ from the rest of infoprobe. Write with :func:`write_cache` (or :func:`plan_cache
 for the size), read with :func:`open_cache`. The file format is docs/cache-format.md.
 """
 
-from infoprobe.hooks.capture import capture
-from infoprobe.hooks.errors import (
-    BatchFunctionError,
-    CacheError,
-    Float16OverflowError,
-    IncompleteCacheError,
-    InsufficientDiskError,
-    NewerSchemaError,
-    NotACacheError,
-    ProvenanceMismatchError,
-    SiteCaptureError,
-    TruncatedCacheError,
-    UnknownSiteError,
-)
-from infoprobe.hooks.reader import CacheFile, open_cache, read_header
-from infoprobe.hooks.schema import FORMAT, SCHEMA_VERSION
-from infoprobe.hooks.sites import (
-    PRESET_PATTERNS,
-    axis_names,
-    layer_of_site,
-    layer_sites,
-    resolve_sites,
-)
-from infoprobe.hooks.writer import CachePlan, CacheSummary, batch_sizes, plan_cache, write_cache
+from infoprobe.base.lazy import lazy_exports
 
-__all__ = [
-    "FORMAT",
-    "PRESET_PATTERNS",
-    "SCHEMA_VERSION",
-    "BatchFunctionError",
-    "CacheError",
-    "CacheFile",
-    "CachePlan",
-    "CacheSummary",
-    "Float16OverflowError",
-    "IncompleteCacheError",
-    "InsufficientDiskError",
-    "NewerSchemaError",
-    "NotACacheError",
-    "ProvenanceMismatchError",
-    "SiteCaptureError",
-    "TruncatedCacheError",
-    "UnknownSiteError",
-    "axis_names",
-    "batch_sizes",
-    "capture",
-    "layer_of_site",
-    "layer_sites",
-    "open_cache",
-    "plan_cache",
-    "read_header",
-    "resolve_sites",
-    "write_cache",
-]
+_EXPORTS = {
+    "capture": "infoprobe.hooks.capture",
+    "BatchFunctionError": "infoprobe.hooks.errors",
+    "CacheError": "infoprobe.hooks.errors",
+    "Float16OverflowError": "infoprobe.hooks.errors",
+    "IncompleteCacheError": "infoprobe.hooks.errors",
+    "InsufficientDiskError": "infoprobe.hooks.errors",
+    "NewerSchemaError": "infoprobe.hooks.errors",
+    "NotACacheError": "infoprobe.hooks.errors",
+    "ProvenanceMismatchError": "infoprobe.hooks.errors",
+    "SiteCaptureError": "infoprobe.hooks.errors",
+    "TruncatedCacheError": "infoprobe.hooks.errors",
+    "UnknownSiteError": "infoprobe.hooks.errors",
+    "CacheFile": "infoprobe.hooks.reader",
+    "open_cache": "infoprobe.hooks.reader",
+    "read_header": "infoprobe.hooks.reader",
+    "FORMAT": "infoprobe.hooks.schema",
+    "SCHEMA_VERSION": "infoprobe.hooks.schema",
+    "PRESET_PATTERNS": "infoprobe.hooks.sites",
+    "axis_names": "infoprobe.hooks.sites",
+    "layer_of_site": "infoprobe.hooks.sites",
+    "layer_sites": "infoprobe.hooks.sites",
+    "resolve_sites": "infoprobe.hooks.sites",
+    "CachePlan": "infoprobe.hooks.writer",
+    "CacheSummary": "infoprobe.hooks.writer",
+    "batch_sizes": "infoprobe.hooks.writer",
+    "plan_cache": "infoprobe.hooks.writer",
+    "write_cache": "infoprobe.hooks.writer",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

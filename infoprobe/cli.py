@@ -3,6 +3,8 @@
 Each command module exposes ``register(subparsers)``; its parser sets
 ``func=run`` where ``run(args) -> int`` is the exit code. Modules without
 ``register`` (shared option helpers such as ``argtypes``) are not commands.
+``infoprobe CMD ...`` imports only CMD's module (:data:`~infoprobe.commands.COMMANDS`
+names it); ``--version`` and ``--help`` import none, so they answer at once.
 
 Exit status (:data:`EXIT_STATUS`, printed at the end of every command's ``--help``): 0
 success; 1 a command ran but its result failed (what that means is the command module's
@@ -30,26 +32,12 @@ import infoprobe.commands as commands_package
 from infoprobe import __version__
 from infoprobe.base.allocator import keep_freed_memory
 from infoprobe.base.errors import UserError
-from infoprobe.train.state import BUDGET_EXIT, BudgetStop
+from infoprobe.commands import COMMANDS
+from infoprobe.train.budget import BUDGET_EXIT, BudgetStop
 
 # The order users meet the commands in (the pipeline's order); others follow.
 # A name here whose module does not exist is simply never matched.
-ORDER = [
-    "demo",
-    "run",
-    "probe-checkpoint",
-    "train",
-    "predict",
-    "sets",
-    "cache",
-    "probe",
-    "influence",
-    "compare",
-    "report",
-    "spread",
-    "reproduce",
-    "rates",
-]
+ORDER = list(COMMANDS)
 HELPER_MODULES = {"taskargs", "modelargs", "argtypes"}
 LIBRARY_PACKAGES = ("torch", "numpy", "h5py", "safetensors")
 """Libraries whose ValueErrors report a value they were given, not a fault of their own."""
@@ -125,7 +113,10 @@ def _add_exit_status(
                 _add_exit_status(child, failure, prog)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: list[ModuleType] | None = None) -> argparse.ArgumentParser:
+    """The ``infoprobe`` parser with the subcommands of ``modules`` (default: every command
+    module). Given ``modules``, every other command of :data:`COMMANDS` is listed by its
+    summary alone (its options unknown), so the top-level help needs no module."""
     parser = OneLineParser(
         prog="infoprobe",
         description=(
@@ -145,11 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"infoprobe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in command_modules():
+    for module in command_modules() if modules is None else modules:
         before = set(sub.choices)
         module.register(sub)
         for name in sorted(set(sub.choices) - before):
             _add_exit_status(sub.choices[name], getattr(module, "EXIT_FAILURE", None))
+    if modules is not None:
+        for name, command in COMMANDS.items():
+            if name not in sub.choices:
+                sub.add_parser(name, help=command.summary, add_help=False)
     rank = {name: i for i, name in enumerate(ORDER)}
     sub._choices_actions.sort(key=lambda a: rank.get(a.dest, len(ORDER)))
     return parser
@@ -218,8 +213,22 @@ def describe(err: BaseException) -> str:
     return text
 
 
+def parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the command line ``argv``: only the named command's module is imported
+    (none for ``--version``, ``--help`` or no command); a name outside :data:`COMMANDS`
+    gets the full parser."""
+    name = next((a for a in argv if not a.startswith("-")), None)
+    if name is None:
+        return build_parser([])
+    if name in COMMANDS:
+        return build_parser(
+            [importlib.import_module(f"infoprobe.commands.{COMMANDS[name].module}")]
+        )
+    return build_parser()
+
+
 def _run(argv: list[str] | None) -> int:
-    parser = build_parser()
+    parser = parser_for(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
     keep_freed_memory()  # a command allocates the same batches over and over
     previous = _on_sigterm(_terminate)

@@ -18,78 +18,53 @@ Decodable is not the same as used: a probe shows what can be read from a state, 
 the network reads from it.
 """
 
-from .batched_training import TrainingBudget
-from .controls import check_control_compatible, conditional_baseline, selectivity, shuffled_pairing
-from .errors import (
-    ControlMismatchError,
-    MissingSiteError,
-    NonFiniteActivationError,
-    ProbeError,
-    ProbeInputError,
-    ResultsFileError,
-    SplitTooSmallError,
-)
-from .estimators import MLPProbe, RidgeProbe
-from .linear import LinearProbeScores, ProbeTargets, fit_linear_probes
-from .metrics import identification_hits, per_sample_error, pooled_r2
-from .mlp import MLPProbeFit, fit_mlp_probe_sets, fit_mlp_probes
-from .observed import (
-    DEFAULT_MARGIN,
-    DEFAULT_TAU,
-    DEFAULT_TAU_SAMPLE,
-    Thresholds,
-    aggregate_observed,
-    per_sample_observed,
-)
-from .query import QueryProbeFit, fit_query_probe, fit_query_probe_sets
-from .results import ProbeResults
-from .ridge import DEFAULT_ALPHAS, RidgeAccumulator, RidgeSolution
-from .ridge_fit import RidgeFit, fit_ridge
-from .split import make_split
-from .targets import AttentionRole, attention_rank_partners, position_targets, role_partners
+from infoprobe.base.lazy import lazy_exports
 
-__all__ = [
-    "DEFAULT_ALPHAS",
-    "DEFAULT_MARGIN",
-    "DEFAULT_TAU",
-    "DEFAULT_TAU_SAMPLE",
-    "AttentionRole",
-    "ControlMismatchError",
-    "LinearProbeScores",
-    "MLPProbe",
-    "MLPProbeFit",
-    "MissingSiteError",
-    "NonFiniteActivationError",
-    "ProbeError",
-    "ProbeInputError",
-    "ProbeResults",
-    "ProbeTargets",
-    "QueryProbeFit",
-    "ResultsFileError",
-    "RidgeAccumulator",
-    "RidgeFit",
-    "RidgeProbe",
-    "RidgeSolution",
-    "SplitTooSmallError",
-    "Thresholds",
-    "TrainingBudget",
-    "aggregate_observed",
-    "attention_rank_partners",
-    "check_control_compatible",
-    "conditional_baseline",
-    "fit_linear_probes",
-    "fit_mlp_probe_sets",
-    "fit_mlp_probes",
-    "fit_query_probe",
-    "fit_query_probe_sets",
-    "fit_ridge",
-    "identification_hits",
-    "make_split",
-    "per_sample_error",
-    "per_sample_observed",
-    "pooled_r2",
-    "position_targets",
-    "role_partners",
-    "selectivity",
-    "shuffled_pairing",
-]
+_EXPORTS = {
+    "TrainingBudget": "infoprobe.probes.batched_training",
+    "check_control_compatible": "infoprobe.probes.controls",
+    "conditional_baseline": "infoprobe.probes.controls",
+    "selectivity": "infoprobe.probes.controls",
+    "shuffled_pairing": "infoprobe.probes.controls",
+    "ControlMismatchError": "infoprobe.probes.errors",
+    "MissingSiteError": "infoprobe.probes.errors",
+    "NonFiniteActivationError": "infoprobe.probes.errors",
+    "ProbeError": "infoprobe.probes.errors",
+    "ProbeInputError": "infoprobe.probes.errors",
+    "ResultsFileError": "infoprobe.probes.errors",
+    "SplitTooSmallError": "infoprobe.probes.errors",
+    "MLPProbe": "infoprobe.probes.estimators",
+    "RidgeProbe": "infoprobe.probes.estimators",
+    "LinearProbeScores": "infoprobe.probes.linear",
+    "ProbeTargets": "infoprobe.probes.linear",
+    "fit_linear_probes": "infoprobe.probes.linear",
+    "identification_hits": "infoprobe.probes.metrics",
+    "per_sample_error": "infoprobe.probes.metrics",
+    "pooled_r2": "infoprobe.probes.metrics",
+    "MLPProbeFit": "infoprobe.probes.mlp",
+    "fit_mlp_probe_sets": "infoprobe.probes.mlp",
+    "fit_mlp_probes": "infoprobe.probes.mlp",
+    "DEFAULT_MARGIN": "infoprobe.probes.observed",
+    "DEFAULT_TAU": "infoprobe.probes.observed",
+    "DEFAULT_TAU_SAMPLE": "infoprobe.probes.observed",
+    "Thresholds": "infoprobe.probes.observed",
+    "aggregate_observed": "infoprobe.probes.observed",
+    "per_sample_observed": "infoprobe.probes.observed",
+    "QueryProbeFit": "infoprobe.probes.query",
+    "fit_query_probe": "infoprobe.probes.query",
+    "fit_query_probe_sets": "infoprobe.probes.query",
+    "ProbeResults": "infoprobe.probes.results",
+    "DEFAULT_ALPHAS": "infoprobe.probes.ridge",
+    "RidgeAccumulator": "infoprobe.probes.ridge",
+    "RidgeSolution": "infoprobe.probes.ridge",
+    "RidgeFit": "infoprobe.probes.ridge_fit",
+    "fit_ridge": "infoprobe.probes.ridge_fit",
+    "make_split": "infoprobe.probes.split",
+    "AttentionRole": "infoprobe.probes.targets",
+    "attention_rank_partners": "infoprobe.probes.targets",
+    "position_targets": "infoprobe.probes.targets",
+    "role_partners": "infoprobe.probes.targets",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

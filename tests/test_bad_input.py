@@ -352,14 +352,14 @@ def test_reproduce_refuses_bad_settings_before_writing(monkeypatch, capsys, tmp_
 def test_failures_of_a_command_that_ran_go_to_stderr(monkeypatch, capsys, tmp_path):
     """Exit 1 (the command ran, its result failed): the message is on stderr, not stdout."""
     import infoprobe.commands.reproduce as reproduce_command
-    import infoprobe.commands.train as train_command
+    import infoprobe.train.save as train_save
     from infoprobe.reproduce import SweepError
     from infoprobe.train.config import NonFiniteLossError, TrainResult
 
     def diverges(*args, **kwargs):
         raise NonFiniteLossError(3, TrainResult(model=None))
 
-    monkeypatch.setattr(train_command, "train_and_save", diverges)
+    monkeypatch.setattr(train_save, "train_and_save", diverges)
     assert run_command(monkeypatch, "train", [*TRAIN, "--out", str(tmp_path / "ck")]) == 1
     out, err = capsys.readouterr()
     assert "non-finite" not in out and err.startswith("infoprobe train: error: non-finite")

@@ -13,7 +13,8 @@ from infoprobe.cli import main
 from infoprobe.hooks import ProvenanceMismatchError, open_cache
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.pipeline import caching
-from infoprobe.pipeline.caching import DATA_SEED_OFFSET, cache_checkpoint, checkpoint_cache_job
+from infoprobe.pipeline.cache_settings import DATA_SEED_OFFSET
+from infoprobe.pipeline.caching import cache_checkpoint, checkpoint_cache_job
 from infoprobe.tasks import make_task
 
 N, BATCH = 40, 16

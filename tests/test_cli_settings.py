@@ -13,7 +13,8 @@ from infoprobe.cli import build_parser
 from infoprobe.commands.argtypes import device
 from infoprobe.commands.settingsargs import DeviceSetting, destinations
 from infoprobe.influence import InfluenceSettings
-from infoprobe.pipeline.caching import CacheSettings, checkpoint_cache_job
+from infoprobe.pipeline.cache_settings import CacheSettings
+from infoprobe.pipeline.caching import checkpoint_cache_job
 from infoprobe.pipeline.probing import PROBES, ProbeSettings
 from infoprobe.pipeline.settings import RunSettings
 from infoprobe.probes.batched_training import TrainingBudget

@@ -429,7 +429,7 @@ def test_every_help_ends_with_the_exit_status():
     the commands whose result can fail; the commands with a time budget list its status."""
     from infoprobe.cli import EXIT_STATUS
     from infoprobe.commands import reproduce, train
-    from infoprobe.train.state import BUDGET_EXIT
+    from infoprobe.train.budget import BUDGET_EXIT
 
     parsers = all_parsers()
     assert "infoprobe cache info" in parsers and {0, 1, 2, 130} <= set(EXIT_STATUS)

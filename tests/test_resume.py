@@ -19,8 +19,9 @@ from test_bad_input import one_line_refusal, snapshot
 
 import infoprobe.train.state as state_module
 from infoprobe.cli import main
+from infoprobe.train.budget import BUDGET_EXIT
 from infoprobe.train.convergence import STILL_FALLING_RATIO, convergence
-from infoprobe.train.state import BUDGET_EXIT, FORMAT
+from infoprobe.train.state import FORMAT
 
 TRAIN = ["train", "--task", "intrinsic-dim", "--D", "2", "--T", "4", "--E", "8",
          "--steps", "300", "--eval-every", "20", "--n-val", "64", "--n-test", "64",
@@ -212,7 +213,7 @@ SWEEP = {"steps": 200, "batch_size": 16, "n_val": 64, "n_test": 64, "eval_every"
 SCRIPT = """\
 import sys
 from infoprobe.reproduce import CLAIMS, LocalBackend, reproduce
-from infoprobe.train.state import Resume
+from infoprobe.train.budget import Resume
 
 if __name__ == "__main__":
     prof = CLAIMS["intrinsic-dim"].profile("quick").override(train={train!r}, points=[0],
@@ -271,7 +272,7 @@ def test_a_reproduce_run_killed_then_rerun_equals_an_uninterrupted_one(
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
-    from infoprobe.train.state import Resume
+    from infoprobe.train.budget import Resume
 
     sweep(out, ensemble, resume=Resume(every=5))
     reference = sweep_result(sweep_reference / ("alone" if ensemble == 1 else "group"))
@@ -280,7 +281,7 @@ def test_a_reproduce_run_killed_then_rerun_equals_an_uninterrupted_one(
 
 
 def test_a_reproduce_budget_pauses_every_run_and_the_same_call_continues(sweep_reference, tmp_path):
-    from infoprobe.train.state import BudgetStop, Resume
+    from infoprobe.train.budget import BudgetStop, Resume
 
     out, pieces = tmp_path / "out", 0
     while True:

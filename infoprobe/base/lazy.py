@@ -3,9 +3,24 @@ importing the package stays light and free of import cycles."""
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable, Mapping
 from importlib import import_module
 from typing import Any
+
+
+class _LazyPackage(types.ModuleType):
+    """A package whose public names are loaded at first use. A submodule that shares its
+    name with a public name (``infoflow.predict``, the module of the function ``predict``)
+    is not bound over that name when it is imported: the name keeps meaning the export,
+    as it did when packages imported their names eagerly."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        exports = self.__dict__.get("_EXPORTS", {})
+        if isinstance(value, types.ModuleType) and name in exports:
+            return  # the submodule stays reachable as sys.modules[f"{package}.{name}"]
+        super().__setattr__(name, value)
 
 
 def lazy_exports(
@@ -23,5 +38,10 @@ def lazy_exports(
 
     def __dir__() -> list[str]:
         return sorted([*namespace, *exports])
+
+    module = sys.modules.get(package)
+    if module is not None and type(module) is types.ModuleType:
+        namespace.setdefault("_EXPORTS", exports)
+        module.__class__ = _LazyPackage
 
     return __getattr__, __dir__

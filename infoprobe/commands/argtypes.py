@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from infoprobe.model import MAX_SEED
-
-DEVICE_TYPES = ("cpu", "cuda", "mps")
+from infoprobe.base.runtime import DEVICE_TYPES
+from infoprobe.model_config import MAX_SEED
 
 
 def _int(text: str) -> int:
@@ -66,6 +65,8 @@ def non_negative_float(text: str) -> float:
 
 def device(text: str) -> str:
     """A torch device this machine has: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
+    if text == "cpu":  # every machine has it; no need to load torch to say so
+        return text
     import torch
 
     try:
@@ -199,7 +200,7 @@ def add_trust_argument(parser: argparse.ArgumentParser) -> None:
 def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
     """``--state-every``, ``--budget-minutes`` and ``--restart``: training that outlives its
     process (:mod:`infoprobe.train.state`)."""
-    from infoprobe.train.state import BUDGET_EXIT, STATE_EVERY
+    from infoprobe.train.budget import BUDGET_EXIT, STATE_EVERY
 
     group = parser.add_argument_group(
         "resumable training",
@@ -226,6 +227,6 @@ def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
 def resume_from_args(args: argparse.Namespace):
     """The :class:`~infoprobe.train.state.Resume` the resume options give (its budget
     counted from now)."""
-    from infoprobe.train.state import Resume
+    from infoprobe.train.budget import Resume
 
     return Resume.budget(args.budget_minutes, every=args.state_every, restart=args.restart)

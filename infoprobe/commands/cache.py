@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
-
-import torch
+from typing import TYPE_CHECKING
 
 from infoprobe.base.errors import UsageError
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_trust_argument, positive_int
 from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
-from infoprobe.hooks import CacheError, CacheFile, open_cache, read_header
 from infoprobe.hooks.schema import DatasetPlan
-from infoprobe.pipeline.caching import DATA_SEED_OFFSET, CacheSettings, checkpoint_cache_job
+from infoprobe.pipeline.cache_settings import DATA_SEED_OFFSET, CacheSettings
+
+if TYPE_CHECKING:
+    from infoprobe.hooks import CacheFile
 
 USAGE = """infoprobe cache CHECKPOINT --out FILE [--n N] [--sites SITES] [--cache-batch B]
                        [--dtype {float32,float16}] [--data-seed S] [--random-init SEED]
@@ -146,7 +148,7 @@ class _CheckpointOrSubcommand(argparse._SubParsersAction):
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "cache",
-        help="capture activations at every layer into a resumable HDF5 cache",
+        help=summary("cache"),
         usage=USAGE,
         description=DESCRIPTION,
         epilog=EXAMPLES,
@@ -211,6 +213,8 @@ def _file_datasets(cache: CacheFile) -> list[DatasetPlan]:
 
 
 def run_info(path: str) -> int:
+    from infoprobe.hooks import open_cache
+
     with open_cache(path, allow_incomplete=True) as cache:
         h = cache.header
         print(
@@ -235,7 +239,7 @@ def run_info(path: str) -> int:
             if k not in ("checkpoint_sha256", "model_config", "data_spec")
         }
         for key, value in extra.items():
-            print(f"{key}: {json.dumps(value)}")
+            print(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
         print(f"model config: {json.dumps(cache.model_config, sort_keys=True)}")
         print(f"data spec: {json.dumps(cache.spec, sort_keys=True)}")
         print("hook sites (in forward order):")
@@ -246,6 +250,8 @@ def run_info(path: str) -> int:
 
 
 def _announce_existing(out: str, overwrite: bool) -> None:
+    from infoprobe.hooks import CacheError, read_header
+
     if overwrite:
         return
     try:
@@ -267,7 +273,11 @@ def run(args: argparse.Namespace) -> int:
     """`infoprobe cache CHECKPOINT --out FILE ...`: write or resume a cache."""
     if not args.out:
         raise UsageError("--out FILE is required to write a cache")
+    from infoprobe.pipeline.caching import checkpoint_cache_job
+
     if args.threads:
+        import torch
+
         torch.set_num_threads(args.threads)
     settings = settings_from_args(CacheSettings, args)
     if args.targets is not None and args.inputs is None:

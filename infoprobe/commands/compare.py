@@ -6,6 +6,7 @@ import argparse
 
 from infoprobe.attention.rollout import HEAD_FUSIONS, RolloutConfig
 from infoprobe.base.errors import UsageError
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import positive_float, unit_float
 from infoprobe.compare.files import write_comparisons
 from infoprobe.compare.null import NULL_Q
@@ -163,7 +164,7 @@ def print_comparison(compared: Compared) -> None:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="compare predicted and observed information sets (violations, omissions, AUROC)",
+        help=summary("compare"),
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

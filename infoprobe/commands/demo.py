@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands import summary
 from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
 from infoprobe.pipeline.demo import DemoConfig, rate_line, run_demo, separation
 
@@ -25,7 +26,7 @@ Re-running resumes; finished stages are skipped."""
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="the curated small run: (2,2) vs (1,2) heads",
+        help=summary("demo"),
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  infoprobe demo --out runs/demo",
@@ -47,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
         args.out, cfg, overwrite=args.overwrite, parallel=not args.sequential
     )
     print()
-    for summary in summaries:
-        print("\n".join(summary.lines()))
+    for model_summary in summaries:
+        print("\n".join(model_summary.lines()))
     gap = separation(summaries)
     if gap is not None:
         print(

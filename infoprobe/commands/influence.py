@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_trust_argument, positive_int, seed
 from infoprobe.commands.settingsargs import (
     DeviceSetting,
@@ -64,7 +65,7 @@ sites). Read the file in Python with infoprobe.influence.read_influence(path); i
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "influence",
-        help="measure flow: does h(t, l) move when x(s) moves (sensitivity, resampling)",
+        help=summary("influence"),
         usage=USAGE,
         description=DESCRIPTION,
         epilog=EXAMPLES,

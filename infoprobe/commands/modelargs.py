@@ -22,7 +22,7 @@ from typing import Any
 from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import positive_int
 from infoprobe.commands.settingsargs import CliField, add_settings_arguments
-from infoprobe.model import ModelConfig
+from infoprobe.model_config import ModelConfig
 from infoprobe.tasks import Task
 from infoprobe.train.config import DTYPES, TrainConfig
 
@@ -56,7 +56,7 @@ CLI_FIELDS: dict[str, CliField] = {
     "pos_encoding": CliField(
         default=None, default_text="learned if the task needs positions, else none"
     ),
-    "dtype": CliField(choices=tuple(DTYPES)),
+    "dtype": CliField(choices=DTYPES),
 }
 """Per field name (ModelConfig's and TrainConfig's names do not overlap)."""
 

@@ -13,6 +13,7 @@ from infoprobe.attention.orientation import recorded_orientation
 from infoprobe.base.atomic import atomic_output, check_writable, refuse_existing
 from infoprobe.base.errors import UsageError
 from infoprobe.base.markers import figure_bytes
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import figure_file, positive_int, positive_int_list, seed
 from infoprobe.commands.modelargs import (
     MODEL_OPTIONS,
@@ -102,7 +103,7 @@ def _given_without_cache_use(args: argparse.Namespace, parser_defaults: dict) ->
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "predict",
-        help="InfoFlow verdict, exponent, program and predicted sets for a task + architecture",
+        help=summary("predict"),
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

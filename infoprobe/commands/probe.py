@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import finite_float, positive_int_tuple, split_fractions
 from infoprobe.commands.settingsargs import CliField, add_settings_arguments, settings_from_args
 from infoprobe.pipeline.probing import ProbeSettings, layer_summary, run_probe
@@ -91,7 +92,7 @@ blocks.{b}.attn.hook_pattern (--sites residual,attention).
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "probe",
-        help="probe which input positions each token's state encodes, per layer",
+        help=summary("probe"),
         description="Fit linear (ridge), MLP, query-conditioned or critic probes from every "
         "token's "
         "state at every layer to every input position, with controls, and write an HDF5 "

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from infoprobe.base.errors import UsageError
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_trust_argument
 from infoprobe.commands.cache import add_inputs_arguments
 from infoprobe.commands.run import add_analysis_arguments, run_settings_from_args
@@ -28,7 +29,7 @@ file, --inputs x.npy, and the sets to compare with from another, --sets SETS.npy
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "probe-checkpoint",
-        help="cache, probe, predict, compare and report an existing checkpoint",
+        help=summary("probe-checkpoint"),
         description="Probe a trained checkpoint: cache its activations, probe which input "
         "positions each token decodes (with a random-init control), predict the "
         "InfoFlow sets on the same samples, compare, write report/report.html.",

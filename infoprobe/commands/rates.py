@@ -7,6 +7,7 @@ import json
 
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import make_header
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import positive_float
 from infoprobe.rates import fit_rates, format_rates, load_records, rate_figures
 from infoprobe.rates.fit import INTERVALS, NMSE_POWER, RateError
@@ -43,7 +44,7 @@ exit status: 0 fitted; 2 bad input (one line naming the file, record and field)
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "rates",
-        help="fit cost-law exponents (log NMSE against log parameters) beside alpha",
+        help=summary("rates"),
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

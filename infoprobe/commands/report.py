@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import non_negative_int
 from infoprobe.commands.compare import add_source_arguments, print_comparison, sources_from_args
 from infoprobe.compare.sources import checkpoint_history, compare_sources
@@ -36,7 +37,7 @@ runs/demo/heads-2-2), which holds these files and the checkpoint in checkpoint/:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "report",
-        help="write summary.json, PNG figures and a self-contained report.html",
+        help=summary("report"),
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_resume_arguments, positive_int, resume_from_args
 from infoprobe.commands.settingsargs import DeviceSetting, add_settings_arguments
 from infoprobe.reproduce import CLAIMS, SweepError, estimate, reproduce
@@ -63,7 +64,7 @@ EXIT_FAILURE = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "reproduce",
-        help="re-run one of the paper's claims (sweeps, InfoFlow beside the measurement)",
+        help=summary("reproduce"),
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

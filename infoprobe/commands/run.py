@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_resume_arguments, resume_from_args, seed_list
 from infoprobe.commands.modelargs import (
     add_model_arguments,
@@ -88,7 +89,7 @@ def run_settings_from_args(args: argparse.Namespace) -> RunSettings:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run",
-        help="train, cache, probe, predict, compare and report in one folder",
+        help=summary("run"),
         description="The main job: train a model on a task, cache its activations, probe "
         "which input positions each token's state decodes (with a random-init "
         "control), predict the InfoFlow sets on the same samples, compare, and "

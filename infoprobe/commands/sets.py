@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands import summary
 from infoprobe.pipeline.given_sets import sets_for_cache
 
 DESCRIPTION = """\
@@ -25,7 +26,7 @@ cache --inputs`)."""
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "sets",
-        help="your own per-sample sets, to compare with instead of InfoFlow's",
+        help=summary("sets"),
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -3,7 +3,7 @@
 Every setting is declared once, as a field of its dataclass (:class:`ModelConfig`,
 :class:`TrainConfig`, :class:`~infoprobe.pipeline.settings.RunSettings`,
 :class:`~infoprobe.pipeline.probing.ProbeSettings`,
-:class:`~infoprobe.pipeline.caching.CacheSettings`, :class:`InfluenceSettings`, ...), and
+:class:`~infoprobe.pipeline.cache_settings.CacheSettings`, :class:`InfluenceSettings`, ...), and
 :func:`add_settings_arguments` turns the fields into options:
 
 - flag ``--field-name``; a ``bool`` field is ``--name`` if it defaults to off, ``--no-name``

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from infoprobe.commands import summary
 from infoprobe.compare.spread import METRICS, PRINTED, seed_spread, write_spread
 
 DESCRIPTION = """\
@@ -40,7 +41,7 @@ examples (RUN analyses its best seed, say 0; probe the other two):
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "spread",
-        help="one comparison over several training seeds: each run's AUROC and the spread",
+        help=summary("spread"),
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -7,6 +7,7 @@ import sys
 
 from infoprobe.base.atomic import OutputExistsError
 from infoprobe.base.errors import UsageError
+from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_resume_arguments, resume_from_args, seed_list
 from infoprobe.commands.modelargs import (
     add_model_arguments,
@@ -15,12 +16,10 @@ from infoprobe.commands.modelargs import (
     train_config_from_args,
 )
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.model import ModelConfig
+from infoprobe.model_config import ModelConfig
 from infoprobe.tasks import Task
 from infoprobe.train.config import NonFiniteLossError, TrainConfig
 from infoprobe.train.convergence import describe
-from infoprobe.train.save import finished_run, train_and_save
-from infoprobe.train.seeds import train_seeds
 
 EXAMPLES = """examples:
   infoprobe train --task intrinsic-dim --D 2 --T 16 --heads 2,2 --lr 5e-3 --warmup 1000 \\
@@ -59,7 +58,7 @@ EXIT_FAILURE = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "train",
-        help="train a model on a task and write a checkpoint",
+        help=summary("train"),
         description="Train an InfoFlow Transformer (continuous inputs, CLS readout) on one of "
         "the paper's tasks. Reports validation NMSE = MSE/Var(y) as it goes.",
         epilog=EXAMPLES,
@@ -86,6 +85,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_seeds(
     args: argparse.Namespace, task: Task, model_cfg: ModelConfig, cfg: TrainConfig
 ) -> int:
+    from infoprobe.train.seeds import train_seeds
+
     try:
         summary = train_seeds(
             task,
@@ -122,6 +123,8 @@ def run_seeds(
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.train.save import finished_run, train_and_save
+
     task = task_from_args(args)
     model_cfg = model_config_from_args(args, task)
     cfg = train_config_from_args(args)

@@ -21,56 +21,33 @@ read_influence     influence_for_cache("runs/id", "runs/id/acts.h5",
 bool [L+1, n, T+1, T+1]
 """
 
-from infoprobe.influence.errors import (
-    IncompleteInfluenceError,
-    InfluenceError,
-    InfluenceFileError,
-    InfluenceMismatchError,
-    InfluenceSettingsError,
-)
-from infoprobe.influence.file import InfluenceFile, read_influence
-from infoprobe.influence.job import influence_for_cache, model_state_sha256
-from infoprobe.influence.sensitivity import (
-    FlowPlan,
-    InfluenceResult,
-    influence,
-    input_scale,
-    plan_influence,
-    state_variance,
-)
-from infoprobe.influence.sets import (
-    AGGREGATE_SHARE_LEVEL,
-    DEFAULT_FLOW_FRACTION,
-    flow_sets,
-    flow_threshold,
-    membership_share,
-)
-from infoprobe.influence.settings import InfluenceSettings
-from infoprobe.influence.store import write_influence
-from infoprobe.influence.summary import layer_summary
+from infoprobe.base.lazy import lazy_exports
 
-__all__ = [
-    "AGGREGATE_SHARE_LEVEL",
-    "DEFAULT_FLOW_FRACTION",
-    "FlowPlan",
-    "IncompleteInfluenceError",
-    "InfluenceError",
-    "InfluenceFile",
-    "InfluenceFileError",
-    "InfluenceMismatchError",
-    "InfluenceResult",
-    "InfluenceSettings",
-    "InfluenceSettingsError",
-    "flow_sets",
-    "flow_threshold",
-    "influence",
-    "influence_for_cache",
-    "input_scale",
-    "layer_summary",
-    "membership_share",
-    "model_state_sha256",
-    "plan_influence",
-    "read_influence",
-    "state_variance",
-    "write_influence",
-]
+_EXPORTS = {
+    "IncompleteInfluenceError": "infoprobe.influence.errors",
+    "InfluenceError": "infoprobe.influence.errors",
+    "InfluenceFileError": "infoprobe.influence.errors",
+    "InfluenceMismatchError": "infoprobe.influence.errors",
+    "InfluenceSettingsError": "infoprobe.influence.errors",
+    "InfluenceFile": "infoprobe.influence.file",
+    "read_influence": "infoprobe.influence.file",
+    "influence_for_cache": "infoprobe.influence.job",
+    "model_state_sha256": "infoprobe.influence.job",
+    "FlowPlan": "infoprobe.influence.sensitivity",
+    "InfluenceResult": "infoprobe.influence.sensitivity",
+    "influence": "infoprobe.influence.sensitivity",
+    "input_scale": "infoprobe.influence.sensitivity",
+    "plan_influence": "infoprobe.influence.sensitivity",
+    "state_variance": "infoprobe.influence.sensitivity",
+    "AGGREGATE_SHARE_LEVEL": "infoprobe.influence.sets",
+    "DEFAULT_FLOW_FRACTION": "infoprobe.influence.sets",
+    "flow_sets": "infoprobe.influence.sets",
+    "flow_threshold": "infoprobe.influence.sets",
+    "membership_share": "infoprobe.influence.sets",
+    "InfluenceSettings": "infoprobe.influence.settings",
+    "write_influence": "infoprobe.influence.store",
+    "layer_summary": "infoprobe.influence.summary",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from infoprobe.influence.errors import InfluenceSettingsError
-from infoprobe.model import MAX_SEED
+from infoprobe.model_config import MAX_SEED
 
 METHODS = ("local", "resample")
 ESTIMATORS = ("fd", "jacobian")

@@ -6,72 +6,51 @@ sets = p.sets(x)    # bool [L+1, n, T+1, T+1] (layer, sample, token, position) k
 retrievals(p.program, x)  # per retrieval op: the key it chooses, int [n, Q]
 """
 
-from .arch import Architecture, as_architecture
-from .cost import (
-    KTH_LAWS,
-    Affine,
-    Exponent,
-    alpha_text,
-    decode_alpha,
-    kth_law_rank,
-    kth_law_tail,
-    rate_comparison,
-    separation_length,
-)
-from .errors import (
-    ArchitectureError,
-    InfoFlowError,
-    ProgramError,
-    ScoreAccessError,
-    SetsFileError,
-)
-from .execute import Retrieval, SlotOperation, execute, initial_sets, retrievals, slot_operations
-from .grid import GridCell, format_grid, grid_figure, prediction_grid
-from .predict import EFFICIENT, INEFFICIENT, Prediction, minimum_heads, predict
-from .program import AggregateAll, AggregatePositions, Decode, Head, Program, Retrieve
-from .schedule import derive_program
-from .store import SetsFile, read_sets, write_sets
+from infoprobe.base.lazy import lazy_exports
 
-__all__ = [
-    "EFFICIENT",
-    "INEFFICIENT",
-    "KTH_LAWS",
-    "Affine",
-    "AggregateAll",
-    "AggregatePositions",
-    "Architecture",
-    "ArchitectureError",
-    "Decode",
-    "Exponent",
-    "GridCell",
-    "Head",
-    "InfoFlowError",
-    "Prediction",
-    "Program",
-    "ProgramError",
-    "Retrieval",
-    "Retrieve",
-    "ScoreAccessError",
-    "SetsFile",
-    "SetsFileError",
-    "SlotOperation",
-    "alpha_text",
-    "as_architecture",
-    "decode_alpha",
-    "derive_program",
-    "execute",
-    "format_grid",
-    "grid_figure",
-    "initial_sets",
-    "kth_law_rank",
-    "kth_law_tail",
-    "minimum_heads",
-    "predict",
-    "prediction_grid",
-    "rate_comparison",
-    "read_sets",
-    "retrievals",
-    "separation_length",
-    "slot_operations",
-    "write_sets",
-]
+_EXPORTS = {
+    "Architecture": "infoprobe.infoflow.arch",
+    "as_architecture": "infoprobe.infoflow.arch",
+    "KTH_LAWS": "infoprobe.infoflow.cost",
+    "Affine": "infoprobe.infoflow.cost",
+    "Exponent": "infoprobe.infoflow.cost",
+    "alpha_text": "infoprobe.infoflow.cost",
+    "decode_alpha": "infoprobe.infoflow.cost",
+    "kth_law_rank": "infoprobe.infoflow.cost",
+    "kth_law_tail": "infoprobe.infoflow.cost",
+    "rate_comparison": "infoprobe.infoflow.cost",
+    "separation_length": "infoprobe.infoflow.cost",
+    "ArchitectureError": "infoprobe.infoflow.errors",
+    "InfoFlowError": "infoprobe.infoflow.errors",
+    "ProgramError": "infoprobe.infoflow.errors",
+    "ScoreAccessError": "infoprobe.infoflow.errors",
+    "SetsFileError": "infoprobe.infoflow.errors",
+    "Retrieval": "infoprobe.infoflow.execute",
+    "SlotOperation": "infoprobe.infoflow.execute",
+    "execute": "infoprobe.infoflow.execute",
+    "initial_sets": "infoprobe.infoflow.execute",
+    "retrievals": "infoprobe.infoflow.execute",
+    "slot_operations": "infoprobe.infoflow.execute",
+    "GridCell": "infoprobe.infoflow.grid",
+    "format_grid": "infoprobe.infoflow.grid",
+    "grid_figure": "infoprobe.infoflow.grid",
+    "prediction_grid": "infoprobe.infoflow.grid",
+    "EFFICIENT": "infoprobe.infoflow.predict",
+    "INEFFICIENT": "infoprobe.infoflow.predict",
+    "Prediction": "infoprobe.infoflow.predict",
+    "minimum_heads": "infoprobe.infoflow.predict",
+    "predict": "infoprobe.infoflow.predict",
+    "AggregateAll": "infoprobe.infoflow.program",
+    "AggregatePositions": "infoprobe.infoflow.program",
+    "Decode": "infoprobe.infoflow.program",
+    "Head": "infoprobe.infoflow.program",
+    "Program": "infoprobe.infoflow.program",
+    "Retrieve": "infoprobe.infoflow.program",
+    "derive_program": "infoprobe.infoflow.schedule",
+    "SetsFile": "infoprobe.infoflow.store",
+    "read_sets": "infoprobe.infoflow.store",
+    "write_sets": "infoprobe.infoflow.store",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

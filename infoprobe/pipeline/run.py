@@ -39,10 +39,10 @@ from infoprobe.pipeline.settings import RunSettings, check_sites
 from infoprobe.pipeline.stages import DataFiles, analysis_stages
 from infoprobe.pipeline.summary import RunSummary, run_summary
 from infoprobe.tasks import Task
+from infoprobe.train.budget import Resume
 from infoprobe.train.config import NonFiniteLossError, TrainConfig
 from infoprobe.train.save import train_and_save
 from infoprobe.train.seeds import differing_settings, seed_dir, train_seeds
-from infoprobe.train.state import Resume
 
 SEEDS_FOLDER = "seeds"
 """Where ``run_pipeline(..., seeds=...)`` keeps every seed's checkpoint."""

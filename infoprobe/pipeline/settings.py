@@ -11,7 +11,7 @@ from infoprobe.compare.null import NULL_Q
 from infoprobe.hooks import layer_sites, resolve_sites
 from infoprobe.hooks.sites import check_site_spec
 from infoprobe.influence import InfluenceSettings
-from infoprobe.pipeline.caching import CACHE_BATCH_OPTION, CacheSettings, check_setting
+from infoprobe.pipeline.cache_settings import CACHE_BATCH_OPTION, CacheSettings, check_setting
 from infoprobe.pipeline.folder import RunFolderError
 from infoprobe.pipeline.probing import PROBES, ProbeSettings
 from infoprobe.probes.errors import ProbeInputError

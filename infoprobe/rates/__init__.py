@@ -11,41 +11,29 @@ log P is -2/alpha, and the ratio of two architectures' slopes is the inverse rat
 their alphas whatever that convention (docs/rates.md).
 """
 
-from infoprobe.rates.figures import rate_figure, rate_figures
-from infoprobe.rates.fit import (
-    DID_NOT_TRAIN_NMSE,
-    MIN_WIDTHS,
-    NMSE_POWER,
-    RateError,
-    RateRecord,
-    SlopeFit,
-    SlopeRatio,
-    exclusion,
-    fit_slope,
-    slope_ratio,
-)
-from infoprobe.rates.params import parameter_counts
-from infoprobe.rates.records import load_records, records_file, records_from_results
-from infoprobe.rates.table import RateTable, fit_rates, format_rates
+from infoprobe.base.lazy import lazy_exports
 
-__all__ = [
-    "DID_NOT_TRAIN_NMSE",
-    "MIN_WIDTHS",
-    "NMSE_POWER",
-    "RateError",
-    "RateRecord",
-    "RateTable",
-    "SlopeFit",
-    "SlopeRatio",
-    "exclusion",
-    "fit_rates",
-    "fit_slope",
-    "format_rates",
-    "load_records",
-    "parameter_counts",
-    "rate_figure",
-    "rate_figures",
-    "records_file",
-    "records_from_results",
-    "slope_ratio",
-]
+_EXPORTS = {
+    "rate_figure": "infoprobe.rates.figures",
+    "rate_figures": "infoprobe.rates.figures",
+    "DID_NOT_TRAIN_NMSE": "infoprobe.rates.fit",
+    "MIN_WIDTHS": "infoprobe.rates.fit",
+    "NMSE_POWER": "infoprobe.rates.fit",
+    "RateError": "infoprobe.rates.fit",
+    "RateRecord": "infoprobe.rates.fit",
+    "SlopeFit": "infoprobe.rates.fit",
+    "SlopeRatio": "infoprobe.rates.fit",
+    "exclusion": "infoprobe.rates.fit",
+    "fit_slope": "infoprobe.rates.fit",
+    "slope_ratio": "infoprobe.rates.fit",
+    "parameter_counts": "infoprobe.rates.params",
+    "load_records": "infoprobe.rates.records",
+    "records_file": "infoprobe.rates.records",
+    "records_from_results": "infoprobe.rates.records",
+    "RateTable": "infoprobe.rates.table",
+    "fit_rates": "infoprobe.rates.table",
+    "format_rates": "infoprobe.rates.table",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -16,7 +16,13 @@
 - :mod:`infoprobe.report.browser_check`: open a report in headless Chromium.
 """
 
-from infoprobe.report.build import write_report
-from infoprobe.report.inputs import ReportInputError, ReportInputs
+from infoprobe.base.lazy import lazy_exports
 
-__all__ = ["ReportInputError", "ReportInputs", "write_report"]
+_EXPORTS = {
+    "write_report": "infoprobe.report.build",
+    "ReportInputError": "infoprobe.report.inputs",
+    "ReportInputs": "infoprobe.report.inputs",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -14,47 +14,36 @@ Claims (``CLAIMS``): intrinsic-dim, triangle, depth-separation, fixed-positions,
 probe, head-count; each with a ``quick`` (2-core CPU) and a ``paper`` profile.
 """
 
-from infoprobe.reproduce.backends import LocalBackend, RayBackend, make_backend, plan_workers
-from infoprobe.reproduce.claims import CLAIMS, get_claim
-from infoprobe.reproduce.grid import (
-    Check,
-    Claim,
-    FigureSpec,
-    GridPoint,
-    Profile,
-    ReproduceError,
-    RunSpec,
-)
-from infoprobe.reproduce.pipeline import Reproduction, estimate, reproduce
-from infoprobe.reproduce.results import format_summary, gather, load_results, write_results
-from infoprobe.reproduce.runs import RunOutcome, RunStore, SweepError, execute_run, run_sweep
-from infoprobe.reproduce.timing import SweepEstimate
+from infoprobe.base.lazy import lazy_exports
 
-__all__ = [
-    "CLAIMS",
-    "Check",
-    "Claim",
-    "FigureSpec",
-    "GridPoint",
-    "LocalBackend",
-    "Profile",
-    "RayBackend",
-    "ReproduceError",
-    "Reproduction",
-    "RunOutcome",
-    "RunSpec",
-    "RunStore",
-    "SweepError",
-    "SweepEstimate",
-    "estimate",
-    "execute_run",
-    "format_summary",
-    "gather",
-    "get_claim",
-    "load_results",
-    "make_backend",
-    "plan_workers",
-    "reproduce",
-    "run_sweep",
-    "write_results",
-]
+_EXPORTS = {
+    "LocalBackend": "infoprobe.reproduce.backends",
+    "RayBackend": "infoprobe.reproduce.backends",
+    "make_backend": "infoprobe.reproduce.backends",
+    "plan_workers": "infoprobe.reproduce.backends",
+    "CLAIMS": "infoprobe.reproduce.claims",
+    "get_claim": "infoprobe.reproduce.claims",
+    "Check": "infoprobe.reproduce.grid",
+    "Claim": "infoprobe.reproduce.grid",
+    "FigureSpec": "infoprobe.reproduce.grid",
+    "GridPoint": "infoprobe.reproduce.grid",
+    "Profile": "infoprobe.reproduce.grid",
+    "ReproduceError": "infoprobe.reproduce.grid",
+    "RunSpec": "infoprobe.reproduce.grid",
+    "Reproduction": "infoprobe.reproduce.pipeline",
+    "estimate": "infoprobe.reproduce.pipeline",
+    "reproduce": "infoprobe.reproduce.pipeline",
+    "format_summary": "infoprobe.reproduce.results",
+    "gather": "infoprobe.reproduce.results",
+    "load_results": "infoprobe.reproduce.results",
+    "write_results": "infoprobe.reproduce.results",
+    "RunOutcome": "infoprobe.reproduce.runs",
+    "RunStore": "infoprobe.reproduce.runs",
+    "SweepError": "infoprobe.reproduce.runs",
+    "execute_run": "infoprobe.reproduce.runs",
+    "run_sweep": "infoprobe.reproduce.runs",
+    "SweepEstimate": "infoprobe.reproduce.timing",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

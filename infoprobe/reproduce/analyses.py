@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from infoprobe.checkpoint import load_checkpoint
-from infoprobe.pipeline.caching import DATA_SEED_OFFSET, cache_checkpoint
+from infoprobe.pipeline.cache_settings import DATA_SEED_OFFSET
+from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.pipeline.probing import ProbeSettings, probe_cache
 from infoprobe.reproduce.grid import ReproduceError
 

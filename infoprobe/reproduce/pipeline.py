@@ -46,7 +46,7 @@ from infoprobe.reproduce.results import (
 )
 from infoprobe.reproduce.runs import RunStore, SweepSummary, run_sweep
 from infoprobe.reproduce.timing import SweepEstimate, estimate_sweep
-from infoprobe.train.state import Resume
+from infoprobe.train.budget import Resume
 
 REPORT = "report.html"
 

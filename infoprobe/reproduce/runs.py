@@ -36,11 +36,12 @@ from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.reproduce.analyses import run_analysis
 from infoprobe.reproduce.grid import ReproduceError, RunSpec
+from infoprobe.train.budget import BudgetStop
 from infoprobe.train.config import NonFiniteLossError, TrainResult
 from infoprobe.train.convergence import convergence
 from infoprobe.train.ensemble import train_ensemble
 from infoprobe.train.loop import train
-from infoprobe.train.state import BudgetStop, StateFile
+from infoprobe.train.state import StateFile
 
 RECORD = "record.json"
 RECORD_FORMAT = "infoprobe.reproduce.run"

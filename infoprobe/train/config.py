@@ -7,17 +7,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from infoprobe.base.errors import UserError
-from infoprobe.model import MAX_SEED, InfoFlowTransformer, ModelConfig
+from infoprobe.model_config import MAX_SEED, ModelConfig
 from infoprobe.tasks import Task
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-"""``TrainConfig.dtype`` names and the torch dtypes they select."""
+if TYPE_CHECKING:
+    import torch
+
+    from infoprobe.model import InfoFlowTransformer
+
+DTYPES = ("float32", "float64")
+"""``TrainConfig.dtype``'s names (:func:`torch_dtype` gives the torch dtype)."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype a ``TrainConfig.dtype`` name selects."""
+    import torch
+
+    return getattr(torch, name)
 
 
 class TrainingError(UserError):
@@ -118,13 +129,16 @@ class TrainConfig:
                 f"TrainConfig.n_train={self.n_train} is smaller than batch_size={self.batch_size}"
             )
         if self.dtype not in DTYPES:
-            raise bad("dtype", f"one of {sorted(DTYPES)}")
+            raise bad("dtype", f"one of {list(DTYPES)}")
         if not isinstance(self.compile, bool | np.bool_):
             raise bad("compile", "true or false")
-        try:
-            torch.device(self.device)
-        except (RuntimeError, ValueError, TypeError):
-            raise bad("device", "a torch device such as 'cpu', 'cuda' or 'cuda:0'") from None
+        if self.device != "cpu":  # any other name is torch's to judge
+            import torch
+
+            try:
+                torch.device(self.device)
+            except (RuntimeError, ValueError, TypeError):
+                raise bad("device", "a torch device such as 'cpu', 'cuda' or 'cuda:0'") from None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -25,12 +25,12 @@ from tqdm.auto import tqdm
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import Task
 from infoprobe.train.config import (
-    DTYPES,
     NonFiniteLossError,
     TrainConfig,
     TrainResult,
     check_arguments,
     check_task_fits,
+    torch_dtype,
 )
 from infoprobe.train.memory import check_memory_fits, eval_batch_size
 from infoprobe.train.state import (
@@ -58,7 +58,7 @@ def sample_tensors(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """n samples of ``task`` as tensors on ``device``: x [n, T, d], y [n, d_out]."""
     x, y = task.sample(n, rng)
-    as_tensor = partial(torch.as_tensor, device=device, dtype=DTYPES[dtype])
+    as_tensor = partial(torch.as_tensor, device=device, dtype=torch_dtype(dtype))
     return as_tensor(x), as_tensor(y)
 
 
@@ -91,7 +91,7 @@ def new_model(task: Task, model_cfg: ModelConfig, cfg: TrainConfig) -> InfoFlowT
     check_task_fits(task, model_cfg)
     check_memory_fits(model_cfg, cfg)
     model = InfoFlowTransformer(model_cfg, seed=cfg.seed)
-    return model.to(device=cfg.device, dtype=DTYPES[cfg.dtype])
+    return model.to(device=cfg.device, dtype=torch_dtype(cfg.dtype))
 
 
 def setup_training(

@@ -14,9 +14,10 @@ from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
+from infoprobe.train.budget import Resume
 from infoprobe.train.config import NonFiniteLossError, TrainConfig, TrainResult
 from infoprobe.train.loop import train
-from infoprobe.train.state import Resume, StateFile, state_path
+from infoprobe.train.state import StateFile, state_path
 
 
 def run_settings(task: Task, model_cfg: ModelConfig, cfg: TrainConfig) -> dict[str, Any]:

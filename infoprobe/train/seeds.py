@@ -30,9 +30,10 @@ from infoprobe.base.header import check_header, make_header
 from infoprobe.checkpoint import read_checkpoint_meta, save_checkpoint
 from infoprobe.model import ModelConfig
 from infoprobe.tasks import Task
+from infoprobe.train.budget import Resume
 from infoprobe.train.config import TrainConfig, TrainResult
 from infoprobe.train.ensemble import EnsembleError, train_ensemble
-from infoprobe.train.state import Resume, StateFile
+from infoprobe.train.state import StateFile
 
 FORMAT = "infoprobe.seeds"
 SCHEMA_VERSION = 2
