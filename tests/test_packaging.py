@@ -160,9 +160,11 @@ BASE = {
     "infoprobe.base.errors",
     "infoprobe.base.fdr",
     "infoprobe.base.header",
+    "infoprobe.base.lazy",
 }
 """The base the pillars may import: temporary names and output locks (atomic), the user-
-error base (errors), the false discovery rate (fdr), the file header (header)."""
+error base (errors), the false discovery rate (fdr), the file header (header), names
+loaded at first use (lazy)."""
 
 
 @pytest.mark.parametrize("pillar", PILLARS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from infoprobe.base.runtime import DEVICE_TYPES
+from infoprobe.base.devices import DEVICE_TYPES
 from infoprobe.model_config import MAX_SEED
 
 

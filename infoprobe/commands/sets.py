@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from infoprobe.commands import summary
-from infoprobe.pipeline.given_sets import sets_for_cache
 
 DESCRIPTION = """\
 Write sets of your own (the sets another theory, or the known truth of a planted model,
@@ -38,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.pipeline.given_sets import sets_for_cache
+
     path = sets_for_cache(args.sets, args.cache, args.out, overwrite=args.overwrite)
     print(f"sets of {args.sets} over the samples of {args.cache}: {path}")
     return 0

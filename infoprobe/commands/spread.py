@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from infoprobe.commands import summary
-from infoprobe.compare.spread import METRICS, PRINTED, seed_spread, write_spread
 
 DESCRIPTION = """\
 Set the comparisons of several runs of one task and one architecture side by side: per
@@ -63,6 +62,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.compare.spread import METRICS, PRINTED, seed_spread, write_spread
+
     spread = seed_spread(args.runs)
     if args.out is not None:
         write_spread(args.out, spread, overwrite=args.overwrite)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from infoprobe.base.runtime import valid_device
+from infoprobe.base.devices import valid_device
 from infoprobe.hooks.errors import CacheError
 from infoprobe.hooks.schema import STORAGE_DTYPES
 from infoprobe.hooks.sites import check_site_spec
