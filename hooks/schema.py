@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "infoprobe.activation-cache"
+from infoprobe.base import formats
+
+FORMAT = formats.CACHE
 SCHEMA_VERSION = 2
 OLDEST_READABLE = 1
 """Oldest schema the reader accepts (schema 1 differs only in header and axis names)."""

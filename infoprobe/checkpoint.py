@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from transformer_lens import HookedRootModule
 
 from infoprobe import __version__
+from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.digest import file_sha256
 from infoprobe.base.errors import UsageError, UserError
@@ -39,7 +40,7 @@ from infoprobe.model import InfoFlowTransformer, ModelConfig
 if TYPE_CHECKING:  # hub → pillar; imported at run time only where needed
     from infoprobe.tasks import Task
 
-FORMAT = "infoprobe.checkpoint"
+FORMAT = formats.CHECKPOINT
 SCHEMA_VERSION = 3
 """3: ``model_config`` may name a factory (a model built by the user's code); 2: the
 common header (``schema_version``, UTC ``created``, ``axes``); schema 1 kept its version in

@@ -21,7 +21,7 @@ the network reads from it.
 from infoprobe.base.lazy import lazy_exports
 
 _EXPORTS = {
-    "TrainingBudget": "infoprobe.probes.batched_training",
+    "TrainingBudget": "infoprobe.probes.settings",
     "check_control_compatible": "infoprobe.probes.controls",
     "conditional_baseline": "infoprobe.probes.controls",
     "selectivity": "infoprobe.probes.controls",
@@ -54,7 +54,7 @@ _EXPORTS = {
     "fit_query_probe": "infoprobe.probes.query",
     "fit_query_probe_sets": "infoprobe.probes.query",
     "ProbeResults": "infoprobe.probes.results",
-    "DEFAULT_ALPHAS": "infoprobe.probes.ridge",
+    "DEFAULT_ALPHAS": "infoprobe.probes.settings",
     "RidgeAccumulator": "infoprobe.probes.ridge",
     "RidgeSolution": "infoprobe.probes.ridge",
     "RidgeFit": "infoprobe.probes.ridge_fit",

@@ -42,6 +42,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from infoprobe.base import formats
 from infoprobe.base.atomic import temp_name
 from infoprobe.base.header import (
     axes_of,
@@ -53,7 +54,7 @@ from infoprobe.base.header import (
 )
 from infoprobe.probes.errors import ResultsFileError
 
-FORMAT = "infoprobe.probe-results"
+FORMAT = formats.PROBE_RESULTS
 SCHEMA_VERSION = 4
 """4: per-sample scores other than errors (``/per_sample/.../<metric>``, the critic's
 ``pvi`` and ``p_value``). 3: root attributes ``inputs_sha256`` (the source cache's inputs) and

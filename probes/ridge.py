@@ -45,10 +45,8 @@ import numpy as np
 import torch
 
 from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
+from infoprobe.probes.settings import DEFAULT_ALPHAS
 from infoprobe.probes.split import SPLIT_NAMES, TEST, TRAIN, VAL
-
-DEFAULT_ALPHAS: tuple[float, ...] = tuple(float(a) for a in np.logspace(-3, 5, 17))
-"""Default λ grid: 17 values, 10^-3 … 10^5 (unscaled penalty, as sklearn's ``alpha``)."""
 
 Array = np.ndarray | torch.Tensor
 

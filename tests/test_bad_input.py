@@ -351,7 +351,7 @@ def test_reproduce_refuses_bad_settings_before_writing(monkeypatch, capsys, tmp_
 
 def test_failures_of_a_command_that_ran_go_to_stderr(monkeypatch, capsys, tmp_path):
     """Exit 1 (the command ran, its result failed): the message is on stderr, not stdout."""
-    import infoprobe.commands.reproduce as reproduce_command
+    import infoprobe.reproduce
     import infoprobe.train.save as train_save
     from infoprobe.reproduce import SweepError
     from infoprobe.train.config import NonFiniteLossError, TrainResult
@@ -367,7 +367,7 @@ def test_failures_of_a_command_that_ran_go_to_stderr(monkeypatch, capsys, tmp_pa
     def sweep_fails(*args, **kwargs):
         raise SweepError("1 run failed: simulated")
 
-    monkeypatch.setattr(reproduce_command, "reproduce", sweep_fails)
+    monkeypatch.setattr(infoprobe.reproduce, "reproduce", sweep_fails)
     argv = ["head-count", "--out", str(tmp_path / "sweep"), "--quiet"]
     assert run_command(monkeypatch, "reproduce", argv) == 1
     out, err = capsys.readouterr()

@@ -159,12 +159,13 @@ BASE = {
     "infoprobe.base.atomic",
     "infoprobe.base.errors",
     "infoprobe.base.fdr",
+    "infoprobe.base.formats",
     "infoprobe.base.header",
     "infoprobe.base.lazy",
 }
 """The base the pillars may import: temporary names and output locks (atomic), the user-
-error base (errors), the false discovery rate (fdr), the file header (header), names
-loaded at first use (lazy)."""
+error base (errors), the false discovery rate (fdr), every file's format name (formats),
+the file header (header), names loaded at first use (lazy)."""
 
 
 @pytest.mark.parametrize("pillar", PILLARS)

@@ -45,3 +45,15 @@ def lazy_exports(
         module.__class__ = _LazyPackage
 
     return __getattr__, __dir__
+
+
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """A function that imports ``module`` and calls its ``name`` when first called, for code
+    that must be importable (listed, described) without loading what it computes with."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``{module}.{name}``, imported at the first call."
+    return call

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from infoprobe.attention.rollout import HEAD_FUSIONS, RolloutConfig
 from infoprobe.base.errors import UsageError
+from infoprobe.base.fdr import FDR_Q as NULL_Q
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import positive_float, unit_float
-from infoprobe.compare.files import write_comparisons
-from infoprobe.compare.null import NULL_Q
-from infoprobe.compare.scopes import CAVEAT
-from infoprobe.compare.sources import Compared, Sources, compare_sources, load_sources
 from infoprobe.pipeline.probe_settings import PROBES
+
+if TYPE_CHECKING:
+    from infoprobe.compare.sources import Compared, Sources
 
 DESCRIPTION = """\
 Compare InfoFlow's predicted information sets I_pred(t, l) with the sets two instruments
@@ -146,6 +147,8 @@ def rollout_config_from_args(args: argparse.Namespace) -> RolloutConfig | None:
 
 def print_comparison(compared: Compared) -> None:
     """The headline per layer, each comparison's verdicts, then the caveat."""
+    from infoprobe.compare.scopes import CAVEAT
+
     print("headline (own positions left out):")
     for line in compared.headline():
         print(f"  {line}")
@@ -181,6 +184,8 @@ def sources_from_args(
     args: argparse.Namespace, *, want_patterns: bool
 ) -> tuple[RolloutConfig | None, Sources]:
     """(rollout config or None, loaded :class:`Sources`) from the shared source options."""
+    from infoprobe.compare.sources import load_sources
+
     rollout = rollout_config_from_args(args)
     if rollout is not None and args.cache is None:
         raise UsageError("--rollout needs --cache ACTS.h5 (the attention patterns)")
@@ -200,6 +205,9 @@ def sources_from_args(
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.compare.files import write_comparisons
+    from infoprobe.compare.sources import compare_sources
+
     rollout, sources = sources_from_args(args, want_patterns=args.cache is not None)
     compared = compare_sources(sources, rollout, null_q=args.null_q)
     print(

@@ -6,7 +6,7 @@ import argparse
 
 from infoprobe.commands import summary
 from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
-from infoprobe.pipeline.demo import DemoConfig, rate_line, run_demo, separation
+from infoprobe.pipeline.demo_config import DemoConfig
 
 DESCRIPTION = """\
 The toolkit's point in one run (about 7 minutes on a 2-core CPU; under 5 with --probe
@@ -43,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.pipeline.demo import rate_line, run_demo, separation
+
     cfg = settings_from_args(DemoConfig, args)
     summaries, index = run_demo(
         args.out, cfg, overwrite=args.overwrite, parallel=not args.sequential

@@ -11,13 +11,8 @@ from infoprobe.commands.settingsargs import (
     add_settings_arguments,
     settings_from_args,
 )
-from infoprobe.influence import (
-    DEFAULT_FLOW_FRACTION,
-    InfluenceSettings,
-    flow_threshold,
-    influence_for_cache,
-    layer_summary,
-)
+from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_threshold
+from infoprobe.influence.settings import InfluenceSettings
 
 USAGE = """infoprobe influence CHECKPOINT --cache FILE --out FILE [--method {local,resample}]
                            [--estimator {jacobian,fd}] [--directions K] [--epsilon EPS]
@@ -97,6 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.influence import influence_for_cache, layer_summary
+
     settings = settings_from_args(InfluenceSettings, args)
     weights = (
         "checkpoint weights"

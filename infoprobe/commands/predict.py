@@ -6,13 +6,13 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from infoprobe.attention.orientation import recorded_orientation
+from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output, check_writable, refuse_existing
 from infoprobe.base.errors import UsageError
-from infoprobe.base.markers import figure_bytes
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import figure_file, positive_int, positive_int_list, seed
 from infoprobe.commands.modelargs import (
@@ -22,22 +22,12 @@ from infoprobe.commands.modelargs import (
     parse_heads,
 )
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.infoflow import (
-    KTH_LAWS,
-    InfoFlowError,
-    Prediction,
-    as_architecture,
-    format_grid,
-    grid_figure,
-    predict,
-    prediction_grid,
-    read_sets,
-    write_sets,
-)
-from infoprobe.infoflow.grid import default_heads
-from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
-from infoprobe.pipeline.predicting import predict_for_cache
+from infoprobe.infoflow.cost import KTH_LAWS
+from infoprobe.infoflow.errors import InfoFlowError
 from infoprobe.tasks import ORIENTATIONS, Task
+
+if TYPE_CHECKING:
+    from infoprobe.infoflow import Prediction
 
 DESCRIPTION = """\
 Predict, from the InfoFlow theory alone (no training), whether an architecture can
@@ -186,6 +176,10 @@ replaces only a figure carrying it."""
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.attention.orientation import recorded_orientation
+    from infoprobe.infoflow import predict, read_sets, write_sets
+    from infoprobe.pipeline.predicting import predict_for_cache
+
     if args.cache is not None:
         if args.out is None:
             raise UsageError("--cache needs --out PRED.h5")
@@ -219,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     kth_law = "tail" if args.kth_law is None else args.kth_law
     if args.out is not None:  # refuse an output that cannot be written before any work
         out = Path(args.out)
-        refuse_existing(out, args.overwrite, "predicted-sets file", kind=SETS_FORMAT)
+        refuse_existing(out, args.overwrite, "predicted-sets file", kind=formats.PREDICTED_SETS)
         check_writable(out, "predicted-sets file")
     if args.plot is not None:
         refuse_existing(Path(args.plot), args.overwrite, "grid figure", kind=GRID_FIGURE_FORMAT)
@@ -246,6 +240,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_grid(args: argparse.Namespace, task: Task, prediction: Prediction, kth_law: str) -> int:
+    from infoprobe.base.markers import figure_bytes
+    from infoprobe.infoflow import as_architecture, format_grid, grid_figure, prediction_grid
+    from infoprobe.infoflow.grid import default_heads
+
     arch = as_architecture(prediction.arch)
     extra = [prediction.min_heads] if prediction.min_heads else []
     heads_list = args.grid_heads or default_heads(arch, extra)

@@ -10,10 +10,9 @@ import numpy as np
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import finite_float, positive_int_tuple, split_fractions
 from infoprobe.commands.settingsargs import CliField, add_settings_arguments, settings_from_args
-from infoprobe.pipeline.probing import ProbeSettings, layer_summary, run_probe
-from infoprobe.probes.batched_training import TrainingBudget
+from infoprobe.pipeline.probe_settings import ProbeSettings
 from infoprobe.probes.observed import Thresholds
-from infoprobe.probes.ridge import DEFAULT_ALPHAS
+from infoprobe.probes.settings import DEFAULT_ALPHAS, TrainingBudget
 
 
 def _alpha_range(alphas: tuple[float, ...]) -> str:
@@ -171,6 +170,8 @@ def probe_settings_from_args(args: argparse.Namespace) -> ProbeSettings:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.pipeline.probing import layer_summary, run_probe
+
     settings = probe_settings_from_args(args)
     results = run_probe(
         args.cache,

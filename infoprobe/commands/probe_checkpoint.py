@@ -11,7 +11,6 @@ from infoprobe.commands.argtypes import add_trust_argument
 from infoprobe.commands.cache import add_inputs_arguments
 from infoprobe.commands.run import add_analysis_arguments, run_settings_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.pipeline.run import probe_checkpoint
 from infoprobe.pipeline.stages import DataFiles
 
 EPILOG = """\
@@ -53,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.pipeline.run import probe_checkpoint
+
     if args.targets is not None and args.inputs is None:
         raise UsageError("--targets needs --inputs (the targets of those inputs)")
     task = task_from_args(args) if args.task else None

@@ -9,7 +9,6 @@ from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import make_header
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import positive_float
-from infoprobe.rates import fit_rates, format_rates, load_records, rate_figures
 from infoprobe.rates.fit import INTERVALS, NMSE_POWER, RateError
 
 RATES_FORMAT = "infoprobe.rates"
@@ -74,6 +73,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.rates import fit_rates, format_rates, load_records, rate_figures
+
     if not 0 < args.level < 1:
         raise RateError(f"--level: expected a number in (0, 1), got {args.level}")
     records = load_records(args.records)

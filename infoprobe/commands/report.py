@@ -7,8 +7,6 @@ import argparse
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import non_negative_int
 from infoprobe.commands.compare import add_source_arguments, print_comparison, sources_from_args
-from infoprobe.compare.sources import checkpoint_history, compare_sources
-from infoprobe.report.build import from_sources, write_report
 
 DESCRIPTION = """\
 Write a report folder: summary.json (every number and the provenance of every input
@@ -60,6 +58,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.compare.sources import checkpoint_history, compare_sources
+    from infoprobe.report.build import from_sources, write_report
+
     rollout, sources = sources_from_args(args, want_patterns=args.cache is not None)
     history, extra = [], {}
     if args.checkpoint is not None:

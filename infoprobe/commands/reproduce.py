@@ -9,7 +9,7 @@ from typing import Any
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_resume_arguments, positive_int, resume_from_args
 from infoprobe.commands.settingsargs import DeviceSetting, add_settings_arguments
-from infoprobe.reproduce import CLAIMS, SweepError, estimate, reproduce
+from infoprobe.reproduce.claims import CLAIMS
 
 DESCRIPTION = """\
 Re-run the evidence for one of the InfoFlow paper's claims: a sweep of independent
@@ -138,6 +138,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.reproduce import SweepError, estimate, reproduce
+
     if args.estimate:
         print(estimate(args.claim, **_sweep_options(args)).table())
         return 0

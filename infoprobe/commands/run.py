@@ -7,8 +7,6 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
-import torch
-
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_resume_arguments, resume_from_args, seed_list
 from infoprobe.commands.modelargs import (
@@ -19,7 +17,6 @@ from infoprobe.commands.modelargs import (
 )
 from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
-from infoprobe.pipeline.run import run_pipeline
 from infoprobe.pipeline.settings import RunSettings
 from infoprobe.pipeline.stages import analysis_stages
 
@@ -115,8 +112,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infoprobe.pipeline.run import run_pipeline
+
     task = task_from_args(args)
     if args.threads:
+        import torch
+
         torch.set_num_threads(args.threads)
     summary = run_pipeline(
         args.out,

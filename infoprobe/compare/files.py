@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.errors import CompareInputError
 from infoprobe.base.header import check_header, make_header, read_json_object
@@ -19,7 +20,7 @@ from infoprobe.compare.scopes import CAVEAT
 if TYPE_CHECKING:
     from infoprobe.compare.scopes import SetComparison
 
-FORMAT = "infoprobe.comparison"
+FORMAT = formats.COMPARISON
 SCHEMA_VERSION = 4
 """4: bootstrap intervals beside every AUROC and per-layer rate (``<name>_interval``, [...,
 2] lo/hi, null where not available) and each comparison's ``interval`` (method, level,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import make_header
 from infoprobe.compare.spread_runs import (
@@ -38,7 +39,7 @@ from infoprobe.compare.spread_runs import (
     run_identity,
 )
 
-FORMAT = "infoprobe.spread"
+FORMAT = formats.SPREAD
 SCHEMA_VERSION = 1
 
 RULE = (

@@ -26,6 +26,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from infoprobe.base import formats
 from infoprobe.base.header import (
     check_format,
     is_hdf5_file,
@@ -40,7 +41,7 @@ from infoprobe.influence.errors import (
 from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_sets, membership_share
 from infoprobe.influence.settings import InfluenceSettings
 
-FORMAT = "infoprobe.influence"
+FORMAT = formats.INFLUENCE
 SCHEMA_VERSION = 2
 """2: the common header (root ``axes`` a list of strings) and labelled dimensions on every
 dataset; schema 1 differs only there and is still read (never resumed)."""

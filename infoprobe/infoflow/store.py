@@ -20,6 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import (
     axes_of,
@@ -35,7 +36,7 @@ from .errors import SetsFileError
 from .execute import DEFAULT_CHUNK, execute
 from .predict import Prediction, refuse_non_finite
 
-FORMAT = "infoprobe.predicted-sets"
+FORMAT = formats.PREDICTED_SETS
 SCHEMA_VERSION = 2
 """2: the common header (``format`` + ``schema_version``, ``axes`` lists, dimension labels)."""
 LEGACY_SCHEMA = f"{FORMAT}/1"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from html import escape
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from infoprobe.base.atomic import atomic_output, refuse_existing
 from infoprobe.base.markers import mark_html
 from infoprobe.compare.instruments import probe_family_of
 from infoprobe.model import ModelConfig
-from infoprobe.pipeline.probing import PROBES
+from infoprobe.pipeline.demo_config import DemoConfig
 from infoprobe.pipeline.run import run_pipeline
 from infoprobe.pipeline.settings import RunSettings
 from infoprobe.pipeline.summary import RunSummary
@@ -35,39 +35,6 @@ from infoprobe.report.figures import file_stem
 from infoprobe.report.html import STYLE
 from infoprobe.tasks import make_task
 from infoprobe.train.config import TrainConfig
-
-
-@dataclass(frozen=True)
-class DemoConfig:
-    """The curated demo: intrinsic-dim D=2, T=16, E=32, (2,2) vs (1,2).
-
-    Args:
-        steps: training steps per model
-        n_cache: samples cached and probed per model
-        seeds: seeds per model, trained together; the best is analysed
-        probe: the decodability probe family (critic: whether a state holds the sample's
-            own x(s) wherever it came from; the linear probe is fitted beside it)
-    """
-
-    D: int = 2
-    T: int = 16
-    d_model: int = 32
-    init_gain: float = 0.5
-    steps: int = 10_000
-    lr: float = 5e-3
-    warmup: int = 1000
-    batch_size: int = 256
-    n_cache: int = 4096
-    seeds: tuple[int, ...] = (0,)
-    """Seeds trained per model as one batched ensemble; the best (validation NMSE) is
-    analysed and every seed is printed."""
-    probe: str = field(default="critic", metadata={"cli": {"choices": PROBES}})
-
-    def heads(self) -> dict[str, tuple[int, int]]:
-        return {
-            f"heads-{self.D}-{self.D}": (self.D, self.D),
-            f"heads-{self.D - 1}-{self.D}": (self.D - 1, self.D),
-        }
 
 
 def _one_model(args: tuple[str, tuple[int, int], DemoConfig, Path, bool, int]) -> RunSummary:

@@ -19,23 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output, refuse_existing
-from infoprobe.base.errors import UserError
 from infoprobe.base.header import check_header, make_header, read_json_object, with_header
 from infoprobe.base.jsonable import json_sha256
-from infoprobe.hooks.hdf5 import json_differences
-from infoprobe.pipeline.chain import output_identity
+from infoprobe.pipeline.errors import RunFolderError
 
 MANIFEST = "run.json"
-FORMAT = "infoprobe.run"
+FORMAT = formats.RUN
 SCHEMA_VERSION = 3
 """3: each stage records the ``identity`` of its outputs (infoprobe.pipeline.chain). 2: the common
 header of docs/conventions.md. run.json of schema 1 and 2 is still read (the identities are
 recorded at the next run), and rewritten with the new header at the next stage."""
-
-
-class RunFolderError(UserError):
-    """A run folder holds outputs made with other settings."""
 
 
 STAGE_FIELDS = {"key_sha": str, "key": dict, "output": str}
@@ -166,6 +161,8 @@ class RunFolder:
 
     def _identity(self, stage: RunStage) -> dict[str, Any]:
         """What each output of ``stage`` was made from (infoprobe.pipeline.chain)."""
+        from infoprobe.pipeline.chain import output_identity
+
         return {n: output_identity(self.path / n) for n in (stage.output, *stage.also_writes)}
 
     def _check_chain(self, stages: list[RunStage]) -> set[str]:
@@ -194,6 +191,8 @@ class RunFolder:
             if found == expected:
                 continue
             if not self.overwrite:
+                from infoprobe.hooks.hdf5 import json_differences
+
                 lines = json_differences(expected, found, "identity")[:4]
                 why = "; ".join(lines).replace("file has", f"{MANIFEST} records")
                 why = why.replace("this run has", "the file has")
@@ -255,6 +254,8 @@ class RunFolder:
         self, stage: RunStage, target: Path, recorded: dict | None
     ) -> None:
         if not self.overwrite:
+            from infoprobe.hooks.hdf5 import json_differences
+
             why = (
                 "; ".join(json_differences(recorded["key"], stage.key)[:6])
                 if recorded

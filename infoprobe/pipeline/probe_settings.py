@@ -8,11 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from infoprobe.probes.batched_training import TrainingBudget
-from infoprobe.probes.critic import check_test_split
 from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
 from infoprobe.probes.observed import Thresholds
-from infoprobe.probes.ridge import DEFAULT_ALPHAS
+from infoprobe.probes.settings import DEFAULT_ALPHAS, TrainingBudget
 from infoprobe.probes.split import DEFAULT_FRACTIONS, TEST, check_fractions, make_split
 
 PROBES = ("linear", "mlp", "query", "critic")
@@ -129,6 +127,8 @@ class ProbeSettings:
         :func:`~infoprobe.probes.critic.check_test_split`)."""
         split = make_split(n, self.fractions, self.split_seed)
         if self.probe == "critic":
+            from infoprobe.probes.critic import check_test_split
+
             check_test_split(int((split == TEST).sum()), self.thresholds.q)
         return split
 

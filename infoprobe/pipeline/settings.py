@@ -7,13 +7,13 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
-from infoprobe.compare.null import NULL_Q
+from infoprobe.base.fdr import FDR_Q as NULL_Q
 from infoprobe.hooks import layer_sites, resolve_sites
 from infoprobe.hooks.sites import check_site_spec
 from infoprobe.influence import InfluenceSettings
 from infoprobe.pipeline.cache_settings import CACHE_BATCH_OPTION, CacheSettings, check_setting
-from infoprobe.pipeline.folder import RunFolderError
-from infoprobe.pipeline.probing import PROBES, ProbeSettings
+from infoprobe.pipeline.errors import RunFolderError
+from infoprobe.pipeline.probe_settings import PROBES, ProbeSettings
 from infoprobe.probes.errors import ProbeInputError
 
 CONTROL_SEED = 12_345

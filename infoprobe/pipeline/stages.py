@@ -8,24 +8,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infoprobe.attention.rollout import RolloutConfig
+from infoprobe.base import formats
 from infoprobe.base.digest import file_sha256
-from infoprobe.compare.files import FORMAT as COMPARISON_FORMAT
-from infoprobe.compare.files import write_comparisons
-from infoprobe.compare.null import NULL_Q
-from infoprobe.compare.sources import checkpoint_history, compare_sources, load_sources
-from infoprobe.hooks import FORMAT as CACHE_FORMAT
-from infoprobe.influence import influence_for_cache
-from infoprobe.influence.file import FORMAT as INFLUENCE_FORMAT
-from infoprobe.infoflow.store import FORMAT as SETS_FORMAT
-from infoprobe.pipeline.caching import cache_checkpoint
+from infoprobe.base.fdr import FDR_Q as NULL_Q
+from infoprobe.base.lazy import deferred
 from infoprobe.pipeline.folder import RunFolder, RunStage
-from infoprobe.pipeline.given_sets import sets_for_cache
-from infoprobe.pipeline.predicting import predict_for_cache
-from infoprobe.pipeline.probing import ProbeSettings, run_probe
+from infoprobe.pipeline.probe_settings import ProbeSettings
 from infoprobe.pipeline.settings import CONTROL_SEED, RunSettings
-from infoprobe.probes.results import FORMAT as PROBES_FORMAT
-from infoprobe.report.build import FORMAT as REPORT_FORMAT
-from infoprobe.report.build import from_sources, write_report
+
+# What the stages compute with, imported when a stage runs: listing the stages (``run
+# --help``) loads none of it.
+cache_checkpoint = deferred("infoprobe.pipeline.caching", "cache_checkpoint")
+influence_for_cache = deferred("infoprobe.influence.job", "influence_for_cache")
+predict_for_cache = deferred("infoprobe.pipeline.predicting", "predict_for_cache")
+run_probe = deferred("infoprobe.pipeline.probing", "run_probe")
+sets_for_cache = deferred("infoprobe.pipeline.given_sets", "sets_for_cache")
 
 FLOW_FILES = ("flow.h5", "flow-random-init.h5")
 
@@ -74,6 +71,10 @@ def compare_and_report(
     ``rollout``: also compare attention rollout; ``flow``: read the flow files; ``null_q``:
     the null rule's false-discovery rate (None: no null rule); ``beside``: probe results
     files of other families in the folder, compared beside probes.h5."""
+    from infoprobe.compare.files import write_comparisons
+    from infoprobe.compare.sources import checkpoint_history, compare_sources, load_sources
+    from infoprobe.report.build import from_sources, write_report
+
     sources = load_sources(
         folder / "pred.h5",
         folder / "probes.h5",
@@ -172,7 +173,7 @@ def analysis_stages(
             output,
             key,
             resumable=True,
-            kinds={output: INFLUENCE_FORMAT},
+            kinds={output: formats.INFLUENCE},
             build=lambda out: influence_for_cache(
                 ckpt_dir,
                 path / "acts.h5",
@@ -200,7 +201,7 @@ def analysis_stages(
             name,
             output,
             {"cache": cache_key, "control": control_key, "settings": probe.to_dict()},
-            kinds={output: PROBES_FORMAT},
+            kinds={output: formats.PROBE_RESULTS},
             build=lambda out: run_probe(
                 path / "acts.h5",
                 out,
@@ -219,7 +220,7 @@ def analysis_stages(
             "acts.h5",
             cache_key,
             resumable=True,
-            kinds={"acts.h5": CACHE_FORMAT},
+            kinds={"acts.h5": formats.CACHE},
             build=lambda out: cache_checkpoint(
                 ckpt_dir, out, progress=not quiet, trust_code=trust_code, **cache_opts
             ),
@@ -229,7 +230,7 @@ def analysis_stages(
             "acts-random-init.h5",
             control_key,
             resumable=True,
-            kinds={"acts-random-init.h5": CACHE_FORMAT},
+            kinds={"acts-random-init.h5": formats.CACHE},
             build=lambda out: cache_checkpoint(
                 ckpt_dir,
                 out,
@@ -246,7 +247,7 @@ def analysis_stages(
             "predict",
             "pred.h5",
             {"cache": cache_key, "orientation": "auto"},
-            kinds={"pred.h5": SETS_FORMAT},
+            kinds={"pred.h5": formats.PREDICTED_SETS},
             build=lambda out: predict_for_cache(path / "acts.h5", out),
         )
         if data.sets is None
@@ -254,7 +255,7 @@ def analysis_stages(
             "sets",
             "pred.h5",
             {"cache": cache_key, "sets": data.key()["sets"]},
-            kinds={"pred.h5": SETS_FORMAT},
+            kinds={"pred.h5": formats.PREDICTED_SETS},
             build=lambda out: sets_for_cache(data.sets, path / "acts.h5", out),
         ),
         RunStage(
@@ -271,6 +272,6 @@ def analysis_stages(
                 beside=[beside_file(b.probe) for b in settings.beside],
             ),
             also_writes=("comparison.json",),
-            kinds={"report": REPORT_FORMAT, "comparison.json": COMPARISON_FORMAT},
+            kinds={"report": formats.REPORT, "comparison.json": formats.COMPARISON},
         ),
     ]

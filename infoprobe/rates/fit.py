@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from infoprobe.base.errors import UsageError
 from infoprobe.train.convergence import STILL_FALLING_RATIO
@@ -140,6 +139,8 @@ class SlopeFit:
     def line(self, log_p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The fitted log NMSE at ``log_p`` [k] and its OLS confidence band at the fit's
         level: (centre, low, high), each [k]."""
+        from scipy import stats  # loaded by a fit, not by the command line
+
         centre = self.intercept + self.slope * log_p
         t = float(stats.t(df=self.n_runs - 2).ppf(0.5 + self.level / 2))
         spread = 1 / self.n_runs + (log_p - self.x_mean) ** 2 / self.sxx
@@ -235,6 +236,8 @@ def fit_slope(
     seeds = tuple(sorted({r.seed for r in kept}))
     rng = np.random.default_rng([seed, _stream(name)])
     if interval == "t":
+        from scipy import stats
+
         t = stats.t(df=n - 2)
         half = float(t.ppf(0.5 + level / 2)) * se
         low, high = slope - half, slope + half

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from infoprobe import __version__
+from infoprobe.base import formats
 from infoprobe.base.header import make_header
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.instruments import probe_family_of
@@ -28,7 +29,7 @@ from infoprobe.report.inputs import (
     violation_counts,
 )
 
-FORMAT = "infoprobe.report"
+FORMAT = formats.REPORT
 SCHEMA_VERSION = 4
 """4: bootstrap intervals over samples beside the AUROCs and rates (``answer`` entries
 ``auroc_interval``, ``control_auroc_interval``, ``violation_rate_interval``, [lo, hi] or

@@ -17,11 +17,11 @@ from typing import Any, Literal, get_args
 
 from infoprobe.base.errors import UserError
 from infoprobe.base.jsonable import json_sha256
-from infoprobe.model import ModelConfig
+from infoprobe.model_config import ModelConfig
 from infoprobe.tasks import Task
 from infoprobe.train.budget import Resume
 from infoprobe.train.config import TrainConfig
-from infoprobe.train.ensemble import SHARED_FIELDS, shape_of
+from infoprobe.train.groups import SHARED_FIELDS, shape_of
 
 
 class ReproduceError(UserError):

@@ -22,7 +22,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.train.config import TrainConfig, TrainingError, TrainResult
+from infoprobe.train.groups import SHARED_FIELDS, shape_of
 from infoprobe.train.loop import (
     DataStreams,
     EvalTracker,
@@ -49,21 +50,12 @@ from infoprobe.train.memory import check_memory_fits
 from infoprobe.train.state import StateFile, prefixed, restore_rngs, rng_document, unprefixed
 from infoprobe.train.threads import TrainingThreads
 
-SHARED_FIELDS = ("batch_size", "n_train", "n_val", "n_test", "eval_every", "device", "dtype")
-"""TrainConfig fields every member of a group must share (``compile`` is the group's)."""
-MEMBER_FIELDS = ("seed", "lr", "weight_decay", "warmup", "grad_clip", "patience", "steps")
-"""TrainConfig fields that may differ between members."""
 BETAS, EPS = (0.9, 0.999), 1e-8
 """``torch.optim.AdamW``'s defaults, which :func:`infoprobe.train.loop.train` uses."""
 
 
 class EnsembleError(TrainingError):
     """The members given to :func:`train_ensemble` cannot form one group."""
-
-
-def shape_of(model_cfg: ModelConfig) -> ModelConfig:
-    """The part of a model config members must share: all of it but ``init_gain``."""
-    return replace(model_cfg, init_gain=1.0)
 
 
 def check_members(model_cfgs: Sequence[ModelConfig], cfgs: Sequence[TrainConfig]) -> None:

@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output, check_writable, refuse_existing
 from infoprobe.base.header import check_header, make_header
 from infoprobe.checkpoint import read_checkpoint_meta, save_checkpoint
@@ -35,7 +36,7 @@ from infoprobe.train.config import TrainConfig, TrainResult
 from infoprobe.train.ensemble import EnsembleError, train_ensemble
 from infoprobe.train.state import StateFile
 
-FORMAT = "infoprobe.seeds"
+FORMAT = formats.SEEDS
 SCHEMA_VERSION = 2
 """2: the common header; schema 1 summaries carried only ``format`` and are still read."""
 SUMMARY = "summary.json"

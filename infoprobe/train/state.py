@@ -31,12 +31,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from infoprobe.base import formats
 from infoprobe.base.atomic import output_lock, remove_stale_temps, temp_name
 from infoprobe.base.errors import UserError
 from infoprobe.base.jsonable import jsonable
 from infoprobe.train.budget import BudgetStop, Resume
 
-FORMAT = "infoprobe.train-state"
+FORMAT = formats.TRAIN_STATE
 SCHEMA_VERSION = 1
 MARKER = f"infoprobe-format={FORMAT}"
 SUFFIX = ".state.safetensors"

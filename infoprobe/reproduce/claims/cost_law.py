@@ -35,11 +35,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 from infoprobe.infoflow import predict
-from infoprobe.rates.params import parameter_counts
-from infoprobe.rates.plan import SweepPlan, plan_sweep
-from infoprobe.rates.records import load_records
 from infoprobe.reproduce import checks
 from infoprobe.reproduce.claims.defaults import (
     PAPER_TRAIN,
@@ -65,6 +63,9 @@ AGGREGATE_GROUP = f"aggregate-decode d={AGGREGATE_D} E={AGGREGATE_E}"
 
 QUICK_TRAIN = replace(STUDY_TRAIN, steps=QUICK_STEPS, n_val=2048, n_test=2048)
 """The adopted recipe (lr 5e-3, warm-up 1000), 4000 steps: the sweep's budget."""
+
+if TYPE_CHECKING:
+    from infoprobe.rates.plan import SweepPlan
 
 
 def intrinsic_points(
@@ -286,6 +287,10 @@ def separation_plan(results: str | os.PathLike) -> SweepPlan:
     """The sizing rule (docs/reproduction.md, "The separation sweep at T = 32") applied to
     the pilot's ``results.json``: seeds and widths for a (1,2)/(2,2) slope ratio whose 95%
     interval is at most :data:`SEPARATION_TARGET` wide."""
+    from infoprobe.rates.params import parameter_counts
+    from infoprobe.rates.plan import plan_sweep
+    from infoprobe.rates.records import load_records
+
     records = load_records([results])
     base = PILOT.points[0].model_config()
     params = {

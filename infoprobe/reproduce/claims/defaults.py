@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from infoprobe.model import ModelConfig, PosEncoding
+from infoprobe.model_config import ModelConfig, PosEncoding
 from infoprobe.tasks import Task, make_task
 from infoprobe.train.config import TrainConfig
 
