@@ -27,7 +27,7 @@ from transformer_lens import HookedRootModule
 
 from infoprobe import __version__
 from infoprobe.base import formats
-from infoprobe.base.atomic import atomic_output
+from infoprobe.base.atomic import atomic_output, usual_mode
 from infoprobe.base.digest import file_sha256
 from infoprobe.base.errors import UsageError, UserError
 from infoprobe.base.header import MODEL_IDENTITY, check_header, make_header
@@ -65,14 +65,23 @@ class CheckpointError(UserError):
     """A checkpoint folder is missing, truncated, foreign or inconsistent."""
 
 
+def installed_version(distribution: str) -> str:
+    """The installed version of ``distribution`` (from its metadata: transformer-lens 4.x
+    has no ``__version__``), or ``"unknown"``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def package_versions() -> dict[str, str]:
     """Versions recorded in every output's provenance."""
-    import transformer_lens
-
     return {
         "infoprobe": __version__,
         "torch": torch.__version__,
-        "transformer_lens": getattr(transformer_lens, "__version__", "unknown"),
+        "transformer_lens": installed_version("transformer-lens"),
         "python": platform.python_version(),
     }
 
@@ -166,6 +175,7 @@ def save_checkpoint(
         path, overwrite=overwrite, directory=True, what="checkpoint", kind=FORMAT
     ) as tmp:
         save_file(state, str(tmp / WEIGHTS))
+        usual_mode(tmp / WEIGHTS)
         meta = {
             **make_header(FORMAT, SCHEMA_VERSION),
             "model_config": cfg.to_dict(),
@@ -259,15 +269,17 @@ def load_checkpoint(
     *,
     task: Task | None = None,
     trust_code: bool = False,
-    allow_no_task: bool = False,
+    allow_no_task: bool = True,
 ) -> Checkpoint:
     """Load a checkpoint folder: model (eval mode, on ``device``), task spec and metadata.
 
-    Verifies the weights file against the recorded SHA-256, so a truncated or swapped
-    weights file is reported instead of loaded. ``task`` supplies the task of a checkpoint
-    whose ``checkpoint.json`` has none (it must agree with a recorded one);
-    ``allow_no_task`` loads such a checkpoint without one (``Checkpoint.task`` None, for
-    callers whose inputs come from a file), where it is refused otherwise.
+    The result's ``.model`` is the model, ``.task`` its task (None for a checkpoint saved
+    without one, ``save_checkpoint(..., task=None)``), ``.meta`` the checkpoint.json; it
+    unpacks as ``model, task = load_checkpoint(path)``. Verifies the weights file against
+    the recorded SHA-256, so a truncated or swapped weights file is reported instead of
+    loaded. ``task`` supplies the task of a checkpoint whose ``checkpoint.json`` has none
+    (it must agree with a recorded one); ``allow_no_task=False`` refuses a checkpoint
+    without a task (for callers that draw samples from it).
 
     A checkpoint whose ``model_config`` names a factory (a model built by someone's code)
     is refused with :class:`~infoprobe.foreign.trust.UntrustedCodeError` before anything is
@@ -276,6 +288,9 @@ def load_checkpoint(
     """
     from infoprobe.tasks import task_from_dict  # hub → pillar, imported where needed
 
+    for name, value in (("trust_code", trust_code), ("allow_no_task", allow_no_task)):
+        if not isinstance(value, bool):  # "no" is truthy: only a bool may grant trust
+            raise UsageError(f"load_checkpoint: {name}: expected True or False, got {value!r}")
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
@@ -330,7 +345,7 @@ def load_checkpoint(
 
 
 def as_checkpoint(
-    checkpoint: str | Path | Checkpoint, trust_code: bool = False, allow_no_task: bool = False
+    checkpoint: str | Path | Checkpoint, trust_code: bool = False, allow_no_task: bool = True
 ) -> Checkpoint:
     """``checkpoint`` itself when loaded, else :func:`load_checkpoint` of the folder."""
     if isinstance(checkpoint, Checkpoint):

@@ -76,6 +76,12 @@ def build(**kwargs) -> PreLNTransformer:
     return PreLNTransformer(**kwargs)
 
 
+def hand_set(d: int) -> PreLNTransformer:
+    """A factory that builds the model with its weights set (``foreign_models:hand_set``):
+    it has no random-init control, every seed gives :func:`handset`'s weights."""
+    return handset(d)
+
+
 def handset_kwargs(d: int) -> dict:
     """Residual layout [content d | CLS flag 1 | copy slot d]: width 2d + 1, one head."""
     return {"d_in": d, "width": 2 * d + 1, "n_heads": 1, "n_layers": 1, "d_ff": 4, "norm": False}

@@ -8,6 +8,7 @@ import torch
 
 import infoprobe
 from infoprobe.base.atomic import OutputExistsError
+from infoprobe.base.errors import UsageError
 from infoprobe.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.tasks import make_task
@@ -77,7 +78,30 @@ def test_missing_field_is_named(saved, field):
     del meta[field]
     (path / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=f"missing field.*{field}"):
-        load_checkpoint(path)
+        load_checkpoint(path, allow_no_task=False)
+
+
+def test_a_checkpoint_without_a_task_loads_with_no_flag(saved):
+    """A checkpoint saved with no task (its data come from a file) loads as it is: its
+    model, no task; a caller that draws samples asks for a task and is told it is missing."""
+    path, model = saved[0], saved[1]
+    meta = json.loads((path / "checkpoint.json").read_text())
+    del meta["task"]
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    ck = load_checkpoint(path)
+    assert ck.task is None
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(ck.model.state_dict()[name], tensor)
+    with pytest.raises(CheckpointError, match=r"missing field.*task"):
+        load_checkpoint(path, allow_no_task=False)
+
+
+@pytest.mark.parametrize("value", ["no", 1, None, "False"])
+def test_trust_and_task_flags_take_only_a_bool(saved, value):
+    """``trust_code="no"`` is truthy: anything but a bool is refused, never taken as trust."""
+    for name in ("trust_code", "allow_no_task"):
+        with pytest.raises(UsageError, match=f"{name}: expected True or False"):
+            load_checkpoint(saved[0], **{name: value})
 
 
 def test_foreign_truncated_and_absent_checkpoints(saved, tmp_path):
@@ -196,3 +220,19 @@ def test_a_pickle_as_weights_file_is_refused(saved):
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(path)
     assert_names(info.value, str(weights), "not a safetensors file")
+
+
+def test_versions_are_the_installed_ones_and_files_have_the_usual_mode(saved):
+    """checkpoint.json names the installed transformer-lens (4.x has no __version__), and
+    the weights file is as readable as any file the user writes (0666 less the umask)."""
+    import os
+    from importlib import metadata
+
+    path = saved[0]
+    versions = json.loads((path / "checkpoint.json").read_text())["versions"]
+    assert versions["transformer_lens"] == metadata.version("transformer-lens") != "unknown"
+    assert versions["torch"] == torch.__version__
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in ("model.safetensors", "checkpoint.json"):
+        assert (path / name).stat().st_mode & 0o777 == 0o666 & ~mask, name

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -270,6 +271,30 @@ def test_cache_and_influence_commands_take_a_foreign_checkpoint(handset_checkpoi
     true, tie = handset_sets(x[read_influence(flow).sample_index])
     observed = np.moveaxis(read_influence(flow).sets(), 0, 1)[..., : TASK.T]
     assert (observed[:, 1][~tie] == true[:, 1][~tie]).all()
+
+
+def test_a_random_init_control_equal_to_the_trained_model_is_refused(
+    trained_checkpoint, monkeypatch, capsys, tmp_path
+):
+    """A factory that builds the model with its weights set (``hand_set``): its
+    "random-init" control would be the trained model itself, so cache and influence refuse
+    it in one line and write nothing; a factory that initialises afresh gives a control."""
+    config = replace(handset_config(), factory="foreign_models:hand_set", kwargs={"d": TASK.d})
+    ckpt = str(save_checkpoint(tmp_path / "ckpt", handset(TASK.d), TASK, config=config))
+    acts = tmp_path / "acts.h5"
+    assert main(["cache", ckpt, "--out", str(acts), "--n", "64", "--quiet", "--trust-code"]) == 0
+    words = ["random-init control (seed 1)", "every weight equals the trained model's"]
+    cache_argv = [ckpt, "--out", str(tmp_path / "ri.h5"), "--n", "64", "--random-init", "1",
+                  "--quiet", "--trust-code"]  # fmt: skip
+    assert_refused(monkeypatch, capsys, tmp_path, "cache", cache_argv, words)
+    flow_argv = [ckpt, "--cache", str(acts), "--out", str(tmp_path / "f.h5"), "--random-init",
+                 "1", "--quiet", "--trust-code"]  # fmt: skip
+    assert_refused(monkeypatch, capsys, tmp_path, "influence", flow_argv, words)
+    trained = str(trained_checkpoint)
+    out = tmp_path / "trained-ri.h5"
+    argv = ["cache", trained, "--out", str(out), "--n", "64", "--random-init", "1", "--quiet",
+            "--trust-code"]  # fmt: skip
+    assert main(argv) == 0 and out.is_file()
 
 
 def test_a_factory_module_beside_the_checkpoint_is_found(handset_checkpoint, tmp_path):

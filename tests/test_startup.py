@@ -7,6 +7,7 @@ measures the time). Read from ``python -X importtime``, which lists every module
 imports.
 """
 
+import argparse
 import importlib
 import subprocess
 import sys
@@ -66,3 +67,16 @@ def test_the_index_names_every_command_its_module_registers():
         module = importlib.import_module(f"infoprobe.commands.{command.module}")
         (own,) = [a for a in build_parser([module])._actions if a.dest == "command"]
         assert own.choices[name].get_default("func") is not None, f"{command.module}: {name}"
+
+
+def test_every_usage_line_names_every_option():
+    """Each command's usage line (the first lines of its --help) names each of its options,
+    so no option is only found by reading the whole help."""
+    full = build_parser()
+    (sub,) = [a for a in full._actions if a.dest == "command"]
+    for name, parser in sub.choices.items():
+        usage = parser.format_usage()
+        for action in parser._actions:
+            if action.option_strings and action.help != argparse.SUPPRESS:
+                flag = action.option_strings[0]
+                assert flag in usage, f"{name}: {flag} missing from its usage line"

@@ -85,6 +85,14 @@ def sibling_name(path: Path, suffix: str) -> Path:
     return path.with_name(sibling_stem(path.name) + suffix)
 
 
+def usual_mode(path: str | os.PathLike) -> None:
+    """Give ``path`` the mode a plain ``open()`` would (0666 less the umask): some writers
+    (safetensors' among them) create their files readable by their owner alone."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def temp_name(path: Path) -> Path:
     """``NAME.tmp-<pid>`` beside ``path``: the name a half-written output lives under."""
     return sibling_name(Path(path), f".tmp-{os.getpid()}")

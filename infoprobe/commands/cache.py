@@ -12,19 +12,14 @@ from typing import TYPE_CHECKING
 
 from infoprobe.base.errors import UsageError
 from infoprobe.commands import summary
-from infoprobe.commands.argtypes import add_trust_argument, positive_int
+from infoprobe.commands.argtypes import add_trust_argument
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
 from infoprobe.hooks.schema import DatasetPlan
 from infoprobe.pipeline.cache_settings import DATA_SEED_OFFSET, CacheSettings
 
 if TYPE_CHECKING:
     from infoprobe.hooks import CacheFile
-
-USAGE = """infoprobe cache CHECKPOINT --out FILE [--n N] [--sites SITES] [--cache-batch B]
-                       [--dtype {float32,float16}] [--data-seed S] [--random-init SEED]
-                       [--device DEV] [--threads K] [--overwrite] [--durable]
-                       [--quiet]
-       infoprobe cache info FILE"""
 
 DESCRIPTION = """Run a checkpoint on N fresh samples of its own task and store the inputs, the
 targets and the activations of the chosen hook sites in one HDF5 file (format:
@@ -82,9 +77,7 @@ def _add_write_options(p: argparse.ArgumentParser) -> None:
     """The options of the write form (``infoprobe cache CHECKPOINT --out FILE ...``)."""
     p.add_argument("--out", metavar="FILE", help="HDF5 file to write or resume (required)")
     add_settings_arguments(p, CacheSettings)
-    p.add_argument(
-        "--threads", type=positive_int, default=None, metavar="K", help="torch CPU threads"
-    )
+    add_runtime_arguments(p)
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing --out instead of resuming it"
     )
@@ -145,17 +138,27 @@ class _CheckpointOrSubcommand(argparse._SubParsersAction):
             )
 
 
+def usage(prog: str) -> str:
+    """The usage of both forms, the write form's from its own options (so none is left out)."""
+    form = argparse.ArgumentParser(prog=prog)
+    form.add_argument("checkpoint", metavar="CHECKPOINT")
+    _add_write_options(form)
+    write = form.format_usage().removeprefix("usage: ").rstrip()
+    return f"{write}\n       {prog} info FILE"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    prog = f"{subparsers._prog_prefix} cache"
     p = subparsers.add_parser(
         "cache",
         help=summary("cache"),
-        usage=USAGE,
+        usage=usage(prog),
         description=DESCRIPTION,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_write_options(p)
-    options = type(p)(prog=p.prog, usage=USAGE, add_help=False)
+    options = type(p)(prog=p.prog, usage=p.usage, add_help=False)
     _add_write_options(options)
     forms = p.add_subparsers(
         action=_CheckpointOrSubcommand,
@@ -275,10 +278,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--out FILE is required to write a cache")
     from infoprobe.pipeline.caching import checkpoint_cache_job
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    runtime_from_args(args).apply()
     settings = settings_from_args(CacheSettings, args)
     if args.targets is not None and args.inputs is None:
         raise UsageError("--targets needs --inputs (the targets of those inputs)")

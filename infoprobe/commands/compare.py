@@ -10,6 +10,7 @@ from infoprobe.base.errors import UsageError
 from infoprobe.base.fdr import FDR_Q as NULL_Q
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import positive_float, unit_float
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 from infoprobe.pipeline.probe_settings import PROBES
 
 if TYPE_CHECKING:
@@ -173,6 +174,7 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_source_arguments(parser)
+    add_runtime_arguments(parser, with_device=False)
     parser.add_argument(
         "--out", metavar="COMPARISON.json", default=None, help="write every number as JSON"
     )
@@ -208,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
     from infoprobe.compare.files import write_comparisons
     from infoprobe.compare.sources import compare_sources
 
+    runtime_from_args(args).apply()
     rollout, sources = sources_from_args(args, want_patterns=args.cache is not None)
     compared = compare_sources(sources, rollout, null_q=args.null_q)
     print(

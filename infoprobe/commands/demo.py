@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from infoprobe.commands import summary
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
 from infoprobe.pipeline.demo_config import DemoConfig
 
@@ -36,9 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sequential",
         action="store_true",
-        help="train the two models one after the other (default: side by side)",
+        help="train the two models one after the other (default: side by side, each with "
+        "half the threads, when there are two or more on the CPU)",
     )
     p.add_argument("--overwrite", action="store_true", help="redo stages made with other settings")
+    add_runtime_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -47,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = settings_from_args(DemoConfig, args)
     summaries, index = run_demo(
-        args.out, cfg, overwrite=args.overwrite, parallel=not args.sequential
+        args.out,
+        cfg,
+        overwrite=args.overwrite,
+        parallel=not args.sequential,
+        runtime=runtime_from_args(args),
     )
     print()
     for model_summary in summaries:

@@ -6,6 +6,7 @@ import argparse
 
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_trust_argument, positive_int, seed
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 from infoprobe.commands.settingsargs import (
     DeviceSetting,
     add_settings_arguments,
@@ -13,11 +14,6 @@ from infoprobe.commands.settingsargs import (
 )
 from infoprobe.influence.sets import DEFAULT_FLOW_FRACTION, flow_threshold
 from infoprobe.influence.settings import InfluenceSettings
-
-USAGE = """infoprobe influence CHECKPOINT --cache FILE --out FILE [--method {local,resample}]
-                           [--estimator {jacobian,fd}] [--directions K] [--epsilon EPS]
-                           [--resamples R] [--seed S] [--random-init SEED] [--n N]
-                           [--block-size B] [--device DEV] [--overwrite] [--quiet]"""
 
 DESCRIPTION = """Measure flow: for every layer l, token t (CLS = T) and input position s, how much
 the state h(t, l) moves when x(s) alone moves, on exactly the samples of an activation cache.
@@ -61,7 +57,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "influence",
         help=summary("influence"),
-        usage=USAGE,
         description=DESCRIPTION,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -83,6 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--n", type=positive_int, default=None, help="use the first N cache samples (all)"
     )
     add_settings_arguments(p, DeviceSetting)
+    add_runtime_arguments(p)
     p.add_argument(
         "--overwrite", action="store_true", help="replace an existing influence file at --out"
     )
@@ -94,6 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from infoprobe.influence import influence_for_cache, layer_summary
 
+    runtime_from_args(args).apply()
     settings = settings_from_args(InfluenceSettings, args)
     weights = (
         "checkpoint weights"

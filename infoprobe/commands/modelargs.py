@@ -21,6 +21,7 @@ from typing import Any
 
 from infoprobe.base.errors import UsageError
 from infoprobe.commands.argtypes import positive_int
+from infoprobe.commands.runtimeargs import THREADS_HELP, thread_count
 from infoprobe.commands.settingsargs import CliField, add_settings_arguments
 from infoprobe.model_config import ModelConfig
 from infoprobe.tasks import Task
@@ -84,7 +85,9 @@ def _add_layers(group: argparse._ArgumentGroup) -> None:
 
 
 def _add_threads(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    group.add_argument(
+        "--threads", type=thread_count, default=None, metavar="N|auto", help=THREADS_HELP
+    )
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:

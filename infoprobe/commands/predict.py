@@ -21,6 +21,7 @@ from infoprobe.commands.modelargs import (
     model_config_from_args,
     parse_heads,
 )
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.infoflow.cost import KTH_LAWS
 from infoprobe.infoflow.errors import InfoFlowError
@@ -166,6 +167,7 @@ def register(subparsers) -> None:
         metavar="GRID.png",
         help="also save the grid as a heat map (the extension names the format)",
     )
+    add_runtime_arguments(parser, with_device=False)
     parser.set_defaults(func=run)
     parser.set_defaults(parser_defaults={a.dest: a.default for a in parser._actions})
 
@@ -180,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
     from infoprobe.infoflow import predict, read_sets, write_sets
     from infoprobe.pipeline.predicting import predict_for_cache
 
+    runtime_from_args(args).apply(torch=False)
     if args.cache is not None:
         if args.out is None:
             raise UsageError("--cache needs --out PRED.h5")

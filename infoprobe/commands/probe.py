@@ -9,6 +9,7 @@ import numpy as np
 
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import finite_float, positive_int_tuple, split_fractions
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 from infoprobe.commands.settingsargs import CliField, add_settings_arguments, settings_from_args
 from infoprobe.pipeline.probe_settings import ProbeSettings
 from infoprobe.probes.observed import Thresholds
@@ -119,6 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p, TrainingBudget, only=("epochs", "batch_size", "lr"), extra=BUDGET_FIELDS
     )
     add_settings_arguments(p, ProbeSettings, only=("device",))
+    add_runtime_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -172,6 +174,7 @@ def probe_settings_from_args(args: argparse.Namespace) -> ProbeSettings:
 def run(args: argparse.Namespace) -> int:
     from infoprobe.pipeline.probing import layer_summary, run_probe
 
+    runtime_from_args(args).apply()
     settings = probe_settings_from_args(args)
     results = run_probe(
         args.cache,

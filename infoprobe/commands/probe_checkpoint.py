@@ -10,6 +10,7 @@ from infoprobe.commands import summary
 from infoprobe.commands.argtypes import add_trust_argument
 from infoprobe.commands.cache import add_inputs_arguments
 from infoprobe.commands.run import add_analysis_arguments, run_settings_from_args
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.pipeline.stages import DataFiles
 
@@ -39,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="run folder")
     add_task_arguments(p, required=False)
     add_analysis_arguments(p, device=True)
+    add_runtime_arguments(p)
     add_trust_argument(p)
     add_inputs_arguments(p, "--n-cache")
     p.add_argument(
@@ -54,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from infoprobe.pipeline.run import probe_checkpoint
 
+    runtime_from_args(args).apply()
     if args.targets is not None and args.inputs is None:
         raise UsageError("--targets needs --inputs (the targets of those inputs)")
     task = task_from_args(args) if args.task else None

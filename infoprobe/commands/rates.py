@@ -9,6 +9,7 @@ from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import make_header
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import positive_float
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 from infoprobe.rates.fit import INTERVALS, NMSE_POWER, RateError
 
 RATES_FORMAT = "infoprobe.rates"
@@ -69,12 +70,14 @@ def register(subparsers) -> None:
         "--out", metavar="DIR", default=None, help="write summary.json and the figures here"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    add_runtime_arguments(parser, with_device=False)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from infoprobe.rates import fit_rates, format_rates, load_records, rate_figures
 
+    runtime_from_args(args).apply(torch=False)
     if not 0 < args.level < 1:
         raise RateError(f"--level: expected a number in (0, 1), got {args.level}")
     records = load_records(args.records)

@@ -7,6 +7,7 @@ import argparse
 from infoprobe.commands import summary
 from infoprobe.commands.argtypes import non_negative_int
 from infoprobe.commands.compare import add_source_arguments, print_comparison, sources_from_args
+from infoprobe.commands.runtimeargs import add_runtime_arguments, runtime_from_args
 
 DESCRIPTION = """\
 Write a report folder: summary.json (every number and the provenance of every input
@@ -41,6 +42,7 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_source_arguments(parser)
+    add_runtime_arguments(parser, with_device=False)
     parser.add_argument("--out", metavar="DIR", required=True, help="report folder to write")
     parser.add_argument(
         "--checkpoint", metavar="CKPT", default=None, help="checkpoint folder: training curve"
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from infoprobe.compare.sources import checkpoint_history, compare_sources
     from infoprobe.report.build import from_sources, write_report
 
+    runtime_from_args(args).apply()
     rollout, sources = sources_from_args(args, want_patterns=args.cache is not None)
     history, extra = [], {}
     if args.checkpoint is not None:

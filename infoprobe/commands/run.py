@@ -15,6 +15,7 @@ from infoprobe.commands.modelargs import (
     model_config_from_args,
     train_config_from_args,
 )
+from infoprobe.commands.runtimeargs import runtime_from_args
 from infoprobe.commands.settingsargs import add_settings_arguments, settings_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.pipeline.settings import RunSettings
@@ -115,10 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from infoprobe.pipeline.run import run_pipeline
 
     task = task_from_args(args)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    runtime_from_args(args).apply()
     summary = run_pipeline(
         args.out,
         task,

@@ -15,6 +15,7 @@ from infoprobe.commands.modelargs import (
     model_config_from_args,
     train_config_from_args,
 )
+from infoprobe.commands.runtimeargs import runtime_from_args
 from infoprobe.commands.taskargs import add_task_arguments, task_from_args
 from infoprobe.model_config import ModelConfig
 from infoprobe.tasks import Task
@@ -39,11 +40,12 @@ best seed). Rerunning the same command keeps finished seeds and trains the rest.
 
 An unfinished run keeps its state beside --out (OUT.state.safetensors; with --seeds,
 OUT/train.state.safetensors): kill it, or stop it with --budget-minutes, and the same
-command continues where it was. Pass --threads to resume bit for bit: the default follows
-the free cores, whose number can change the float sums.
+command continues where it was, bit for bit on the same threads.
 
-Without --threads, training uses the cores that other work leaves free (the affinity
-set less the load average), re-checked at every evaluation; --threads N fixes N.
+Without --threads, training uses the cores this process may run on (its affinity set),
+fixed for the run, so a rerun gives the same model; --threads N fixes N; --threads auto
+follows the cores other work leaves free (the affinity set less the load average),
+re-checked at every evaluation, which can change the float sums from run to run.
 
 The checkpoint folder holds model.safetensors and checkpoint.json (model config, task
 spec, training config, NMSE history, versions, weights hash). Load it in Python with
@@ -128,8 +130,7 @@ def run(args: argparse.Namespace) -> int:
     task = task_from_args(args)
     model_cfg = model_config_from_args(args, task)
     cfg = train_config_from_args(args)
-    # without --threads: the cores other work leaves free, re-checked as training goes
-    args.threads = args.threads or "auto"
+    args.threads = runtime_from_args(args).thread_count  # a count, fixed; auto if asked
     if args.seeds is not None:
         return run_seeds(args, task, model_cfg, cfg)
     done = None if args.overwrite else finished_run(args.out, task, model_cfg, cfg)

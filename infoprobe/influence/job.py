@@ -135,7 +135,7 @@ def influence_for_cache(
     if random_init_seed is None:
         model = ckpt.model
     else:
-        model = random_init_model(ckpt.model_config, int(random_init_seed))
+        model = random_init_model(ckpt.model_config, int(random_init_seed), ckpt.model)
     model = model.to(device).eval()
     provenance = {
         "cache_path": str(cache_path.resolve()),

@@ -25,7 +25,7 @@ from transformer_lens import HookedRootModule
 from infoprobe.base.atomic import remove_stale_temps
 from infoprobe.checkpoint import Checkpoint, as_checkpoint
 from infoprobe.foreign.config import ForeignConfig, build_model
-from infoprobe.hooks import CachePlan, CacheSummary, plan_cache, write_cache
+from infoprobe.hooks import CacheError, CachePlan, CacheSummary, plan_cache, write_cache
 from infoprobe.hooks.writer import BatchFn
 from infoprobe.model import ModelConfig
 from infoprobe.pipeline.cache_settings import (
@@ -62,10 +62,36 @@ def task_batch_fn(task: Task, data_seed: int) -> BatchFn:
     return batch_fn
 
 
-def random_init_model(config: ModelConfig | ForeignConfig, seed: int) -> HookedRootModule:
+class TrainedControlError(CacheError):
+    """A random-init control came out equal to the trained model."""
+
+
+def random_init_model(
+    config: ModelConfig | ForeignConfig, seed: int, trained: HookedRootModule | None = None
+) -> HookedRootModule:
     """A model of the same architecture with weights freshly initialised from ``seed``
-    (a foreign model: its factory's own initialisation under torch seed ``seed``)."""
-    return build_model(config, seed=seed)
+    (a foreign model: its factory's own initialisation under torch seed ``seed``).
+
+    With ``trained`` (the checkpoint's model), a control whose weights all equal the
+    trained ones is refused: a factory that builds its model with trained weights set
+    gives no random-init control, and the control's scores would equal the model's."""
+    model = build_model(config, seed=seed)
+    if trained is not None and same_weights(model, trained):
+        raise TrainedControlError(
+            f"random-init control (seed {seed}): every weight equals the trained model's; "
+            f"the factory {getattr(config, 'factory', 'of this model')!s} returns trained "
+            "weights, so there is no random-init control to compare with (build the model "
+            "with freshly initialised weights in the factory and load trained ones after)"
+        )
+    return model
+
+
+def same_weights(a: HookedRootModule, b: HookedRootModule) -> bool:
+    """Whether two models hold the same tensors under the same names."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(
+        sa[k].shape == sb[k].shape and torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa
+    )
 
 
 @dataclass(frozen=True)
@@ -141,7 +167,7 @@ def checkpoint_cache_job(
     if random_init_seed is None:
         model = ckpt.model
     else:
-        model = random_init_model(ckpt.model_config, int(random_init_seed))
+        model = random_init_model(ckpt.model_config, int(random_init_seed), ckpt.model)
     model = model.to(device)
     if inputs is None:
         seed = default_data_seed(ckpt) if data_seed is None else int(data_seed)

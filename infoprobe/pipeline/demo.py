@@ -21,10 +21,9 @@ from dataclasses import replace
 from html import escape
 from pathlib import Path
 
-import torch
-
 from infoprobe.base.atomic import atomic_output, refuse_existing
 from infoprobe.base.markers import mark_html
+from infoprobe.base.runtime import AUTO, Runtime, free_cores
 from infoprobe.compare.instruments import probe_family_of
 from infoprobe.model import ModelConfig
 from infoprobe.pipeline.demo_config import DemoConfig
@@ -37,9 +36,9 @@ from infoprobe.tasks import make_task
 from infoprobe.train.config import TrainConfig
 
 
-def _one_model(args: tuple[str, tuple[int, int], DemoConfig, Path, bool, int]) -> RunSummary:
-    name, heads, cfg, out, overwrite, threads = args
-    torch.set_num_threads(threads)
+def _one_model(args: tuple[str, tuple[int, int], DemoConfig, Path, bool, Runtime]) -> RunSummary:
+    name, heads, cfg, out, overwrite, runtime = args
+    runtime.apply()
     task = make_task("intrinsic-dim", D=cfg.D, T=cfg.T)
     model_cfg = ModelConfig(
         d_in=task.d, n_ctx=task.T, d_model=cfg.d_model, heads=heads, init_gain=cfg.init_gain
@@ -51,8 +50,9 @@ def _one_model(args: tuple[str, tuple[int, int], DemoConfig, Path, bool, int]) -
         batch_size=cfg.batch_size,
         seed=cfg.seeds[0],
         eval_every=max(1, cfg.steps // 10),
+        device=runtime.device,
     )
-    settings = replace(RunSettings(), n_cache=cfg.n_cache, probe=cfg.probe)
+    settings = replace(RunSettings(), n_cache=cfg.n_cache, probe=cfg.probe, device=runtime.device)
 
     def log(line: str) -> None:
         print(f"[{name}] {line}", flush=True)
@@ -81,15 +81,20 @@ def run_demo(
     *,
     overwrite: bool = False,
     parallel: bool = True,
+    runtime: Runtime | None = None,
 ) -> tuple[list[RunSummary], Path]:
-    """Run both models (in two processes when ``parallel``); return summaries, index.html."""
+    """Run both models, side by side in two processes when ``parallel`` and the runtime has
+    two threads or more on the CPU (each model gets half of them), else one after the other
+    with all of them; return the summaries and index.html."""
     cfg = cfg or DemoConfig()
+    runtime = runtime or Runtime()
     out = Path(out)
     refuse_existing(out / "index.html", True, "demo index page", kind=INDEX_FORMAT)
-    jobs = [
-        (name, heads, cfg, out, overwrite, 1 if parallel else torch.get_num_threads())
-        for name, heads in cfg.heads().items()
-    ]
+    count = runtime.thread_count
+    count = free_cores() if count == AUTO else count
+    parallel = parallel and count >= 2 and runtime.device == "cpu"
+    each = replace(runtime, threads=count // 2 if parallel else count)
+    jobs = [(name, heads, cfg, out, overwrite, each) for name, heads in cfg.heads().items()]
     if parallel:
         with multiprocessing.get_context("spawn").Pool(len(jobs)) as pool:
             summaries = pool.map(_one_model, jobs)

@@ -42,7 +42,7 @@ def mean_cls_attention(model: torch.nn.Module, x: np.ndarray) -> list[np.ndarray
 
 def cls_attention(checkpoint: Path, work: Path, *, seed: int, n: int = 2048) -> dict[str, Any]:
     """CLS attention per block, head and key position (0..T-1 data, T = CLS itself)."""
-    model, task = load_checkpoint(checkpoint)
+    model, task = load_checkpoint(checkpoint, allow_no_task=False)
     x, _ = task.sample(n, np.random.default_rng([seed + DATA_SEED_OFFSET, 0]))
     return {"n": n, "blocks": [a.tolist() for a in mean_cls_attention(model, x)]}
 

@@ -32,7 +32,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from infoprobe.base import formats
-from infoprobe.base.atomic import output_lock, remove_stale_temps, temp_name
+from infoprobe.base.atomic import output_lock, remove_stale_temps, temp_name, usual_mode
 from infoprobe.base.errors import UserError
 from infoprobe.base.jsonable import jsonable
 from infoprobe.train.budget import BudgetStop, Resume
@@ -149,6 +149,7 @@ class StateFile:
             tmp = temp_name(self.path)
             try:
                 save_file(flat, str(tmp), metadata=metadata)
+                usual_mode(tmp)
                 os.replace(tmp, self.path)
             except BaseException:
                 tmp.unlink(missing_ok=True)

@@ -4,33 +4,12 @@ those other work leaves free (:class:`TrainingThreads`, ``threads="auto"``).
 
 from __future__ import annotations
 
-import math
-import os
 import time
 
 import torch
 
+from infoprobe.base.runtime import free_cores
 from infoprobe.train.config import TrainingError, is_int
-
-
-def affinity_cores() -> int:
-    """CPU cores this process may run on (its affinity set; all cores where unknown)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def free_cores(own_load: float = 0.0) -> int:
-    """Cores of this process's affinity set that other work leaves free: the affinity
-    count minus the 1-minute load average, less ``own_load`` (this process's own mean
-    CPU use, which the load average counts too), rounded, at least 1."""
-    cores = affinity_cores()
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return cores
-    others = max(0.0, load - own_load)
-    return max(1, min(cores, math.floor(cores - others + 0.5)))
 
 
 class TrainingThreads:
