@@ -34,13 +34,21 @@ DEFAULT_TAU = 0.5
 """Aggregate membership: minimum test R² (pooled over the d coordinates)."""
 DEFAULT_MARGIN = 0.2
 """Aggregate membership: minimum selectivity (R² above the largest control)."""
-DEFAULT_TAU_SAMPLE = 0.1
-"""Per-sample membership: maximum normalised error (1 = the mean predictor on average).
+DEFAULT_TAU_SAMPLE = 0.5
+"""Per-sample membership: the largest corrected error r_i = e_i / b_i (the probe's error
+on a sample over the error of predicting the mean on that same sample, :func:`corrected_errors`)
+of a member: a per-sample R² above 0.5, the level the aggregate rule asks of the pooled R².
 
-A single sample's error is noisy: a probe that only predicts the mean gives a sample whose
-x(s) happens to lie near the mean a small error too. For x(s) ~ N(0, I_d) that error is
-χ²_d / d, so a non-member passes τ with probability P(χ²_d < d·τ): 9.5 % for d = 2 and
-1.8 % for d = 4 at τ = 0.1 (39 % and 26 % at τ = 0.5, hence the low default)."""
+A raw error e_i would not do: under max retrieval the retrieved x(s) is an extreme input,
+far from the mean, so e_i is large for exactly the positions a theory predicts even for a
+probe that learned nothing, and a sample whose x(s) happens to lie near the mean gets a
+small e_i from a probe that only predicts the mean. r_i is 1 for the mean predictor on
+every sample, wherever x(s) lies, and 0 for a perfect probe."""
+PER_SAMPLE_RULE = "error / own-sample baseline < tau_sample"
+"""The per-sample rule, recorded in a results file's thresholds (``per_sample_rule``), so a
+comparison applies the rule the file's sets were made with."""
+BASELINE_FLOOR = 1e-12
+"""Smallest per-sample baseline (a sample exactly at the mean would divide by zero)."""
 DEFAULT_SHARE = 0.5
 """Aggregate membership for the critic: at least this share of the test samples are in its
 per-sample sets (and the share is ``margin`` above the gating controls')."""
@@ -60,8 +68,8 @@ class Thresholds:
     Ranges (checked on construction, :class:`ThresholdError` otherwise), all finite:
     ``0 < tau <= 1`` (a test R²; τ <= 0 would admit probes no better than the mean),
     ``0 <= margin <= 1`` (R² above the control; a negative margin would admit scores
-    below the control), ``0 < tau_sample <= 1`` (a normalised error; 0 admits nothing,
-    above 1 admits errors worse than the mean predictor's), ``gate`` a subset of
+    below the control), ``0 < tau_sample <= 1`` (a corrected error, :data:`DEFAULT_TAU_SAMPLE`;
+    0 admits nothing, above 1 admits errors worse than the mean predictor's), ``gate`` a subset of
     :data:`GATE_CONTROLS`.
     """
 
@@ -96,9 +104,10 @@ class Thresholds:
         object.__setattr__(self, "gate", gate)
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dict for provenance."""
+        """Plain dict for provenance (with the per-sample rule the sets were made by)."""
         out = asdict(self)
         out["gate"] = list(self.gate)
+        out["per_sample_rule"] = PER_SAMPLE_RULE
         return out
 
 
@@ -128,17 +137,43 @@ def aggregate_observed(
     return pad_cls(member)
 
 
-def per_sample_observed(errors: np.ndarray, tau_sample: float = DEFAULT_TAU_SAMPLE) -> np.ndarray:
-    """Per-sample observed sets.
+def sample_baseline(x: np.ndarray) -> np.ndarray:
+    """The mean predictor's normalised error on each sample: ``[n, T, d] -> [n, T]``.
+
+    b_i(s) = ‖x_i(s) − x̄(s)‖² / mean_j ‖x_j(s) − x̄(s)‖², x̄ the mean over these n samples
+    (the probes' SST / n of the test split).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    dev = ((x - x.mean(axis=0)) ** 2).sum(axis=-1)
+    scale = dev.mean(axis=0)
+    return dev / np.where(scale > 0, scale, 1.0)
+
+
+def corrected_errors(errors: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per-sample errors over their own baseline (:data:`DEFAULT_TAU_SAMPLE`):
+    ``[L+1, n, T+1, T]`` float64.
+
+    errors: normalised errors ``[L+1, n, T+1, T]`` of the n test samples; x: their inputs
+    ``[n, T, d]``.
+    """
+    baseline = np.maximum(sample_baseline(x), BASELINE_FLOOR)  # [n, T]
+    return np.asarray(errors, dtype=np.float64) / baseline[None, :, None, :]
+
+
+def per_sample_observed(
+    errors: np.ndarray, x: np.ndarray, tau_sample: float = DEFAULT_TAU_SAMPLE
+) -> np.ndarray:
+    """Per-sample observed sets by the one per-sample rule: s is a member for sample i when
+    its corrected error (:func:`corrected_errors`) is below ``tau_sample``.
 
     Args:
-        errors: per-sample normalised errors ``[L+1, n, T+1, T]``.
-        tau_sample: maximum error of a member.
+        errors: per-sample normalised errors ``[L+1, n, T+1, T]`` of the test samples.
+        x: their inputs ``[n, T, d]``.
+        tau_sample: the largest corrected error of a member.
 
     Returns:
         bool ``[L+1, n, T+1, T+1]``; NaN errors are not members.
     """
-    err = np.asarray(errors, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        member = err < tau_sample
+        member = corrected_errors(errors, x) < tau_sample
     return pad_cls(member)

@@ -17,7 +17,6 @@ import torch
 from handset import handset_model, near_ties, true_partners, true_sets
 
 from infoprobe.base.fdr import FDRLevelError
-from infoprobe.compare.instruments import corrected_errors
 from infoprobe.hooks import capture, layer_sites
 from infoprobe.pipeline.probe_settings import CRITIC_BUDGET
 from infoprobe.probes import native
@@ -30,7 +29,7 @@ from infoprobe.probes.critic import (
 )
 from infoprobe.probes.errors import SplitTooSmallError
 from infoprobe.probes.linear import ProbeTargets, fit_linear_probes
-from infoprobe.probes.observed import ThresholdError, Thresholds
+from infoprobe.probes.observed import ThresholdError, Thresholds, corrected_errors
 from infoprobe.probes.query import fit_query_probe
 from infoprobe.probes.split import TEST, TRAIN, VAL, make_split
 

@@ -14,11 +14,12 @@ import torch
 from handset import handset_model, near_ties, true_partners
 
 from infoprobe.compare.crosstab import crosstab
-from infoprobe.compare.instruments import corrected_errors, flow
+from infoprobe.compare.instruments import flow
 from infoprobe.compare.observations import Observations
 from infoprobe.hooks import capture, layer_sites
 from infoprobe.influence import flow_threshold, influence
 from infoprobe.probes.linear import ProbeTargets, fit_linear_probes
+from infoprobe.probes.observed import corrected_errors
 from infoprobe.probes.split import TEST, make_split
 
 T, D = 8, 4

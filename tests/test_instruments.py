@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from infoprobe.compare.core import compare
-from infoprobe.compare.instruments import corrected_errors, flow, sample_baseline
+from infoprobe.compare.instruments import flow
 from infoprobe.compare.observations import Observations
+from infoprobe.probes.observed import corrected_errors, sample_baseline
 
 
 def selected_by_norm(n=3000, T=8, d=4, seed=0):

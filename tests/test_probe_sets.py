@@ -54,9 +54,14 @@ def test_observed_sets_thresholds():
     ctrl = np.array([[[0.0, 0.4, 0.0, 0.0]]])
     got = aggregate_observed(r2, ctrl, tau=0.5, margin=0.2)
     np.testing.assert_array_equal(got, [[[True, False, False, False, False]]])
-    errors = np.array([0.05, 0.2, np.nan]).reshape(1, 3, 1, 1)
-    ps = per_sample_observed(errors, tau_sample=0.1)
+    # three samples of one position (d = 1) at 0, 1, 2: own-sample baselines (x - 1)^2 / (2/3)
+    x = np.array([0.0, 1.0, 2.0]).reshape(3, 1, 1)
+    baseline = np.array([1.5, 0.0, 1.5])
+    errors = np.array([0.3, 0.2, np.nan]).reshape(1, 3, 1, 1)
+    ps = per_sample_observed(errors, x, tau_sample=0.5)
     assert ps.shape == (1, 3, 1, 2)
+    # 0.3 / 1.5 = 0.2 passes; a sample at the mean (baseline 0) passes nothing; NaN never
+    assert 0.3 / baseline[0] < 0.5
     np.testing.assert_array_equal(ps[0, :, 0, 0], [True, False, False])
     assert not ps[..., -1].any()
 

@@ -41,7 +41,11 @@ PROBE_FIELDS = {
 THRESHOLD_FIELDS = {
     "tau": CliField(convert=finite_float, help="R² threshold of the observed sets"),
     "margin": CliField(convert=finite_float, help="selectivity threshold (R² above the controls)"),
-    "tau_sample": CliField(convert=finite_float, help="per-sample error threshold"),
+    "tau_sample": CliField(
+        convert=finite_float,
+        help="per-sample membership: the largest error over the sample's own baseline "
+        "(the error of predicting the mean on it); compare uses the same rule",
+    ),
     "q": CliField(
         convert=finite_float,
         flags=("--fdr",),

@@ -29,48 +29,29 @@ from infoprobe.base.errors import UserError
 from infoprobe.base.fdr import benjamini_hochberg
 from infoprobe.compare.observations import Observations
 from infoprobe.influence.sets import AGGREGATE_SHARE_LEVEL
-from infoprobe.probes.observed import DEFAULT_SHARE
+from infoprobe.probes.observed import (
+    DEFAULT_SHARE,
+    DEFAULT_TAU_SAMPLE,
+    PER_SAMPLE_RULE,
+    corrected_errors,
+)
 
 ScoreKind = Literal["r2", "selectivity"]
 TARGETS = "positions"
 
-DEFAULT_DECODABLE_RATIO = 0.5
-"""Per-sample membership for decodability: the probe's error on the sample is below half
-the error of predicting the mean on that same sample (a per-sample R² above 0.5, the level
-the aggregate rule asks of the pooled R²). A probe with no information predicts about the
-mean, has ratio ≈ 1 on every sample and passes on none, wherever x(s) lies."""
+DEFAULT_DECODABLE_RATIO = DEFAULT_TAU_SAMPLE
+"""Per-sample membership for decodability: the probes' one per-sample rule
+(:data:`~infoprobe.probes.observed.DEFAULT_TAU_SAMPLE`: the error on the sample below half
+the error of predicting the mean on that same sample). A probe with no information
+predicts about the mean, has ratio ≈ 1 on every sample and passes on none, wherever x(s)
+lies. A results file made by that rule at another ``tau_sample`` is compared at its own."""
 
 RATIO_TAUS = np.geomspace(1e-2, 2.0, 24)
 """τ grid of the corrected-ratio sweep."""
 
-BASELINE_FLOOR = 1e-12
-"""Smallest per-sample baseline (a sample exactly at the mean would divide by zero)."""
-
 
 class InstrumentError(UserError):
     """An instrument's results lack what the comparison needs."""
-
-
-def sample_baseline(x: np.ndarray) -> np.ndarray:
-    """The mean predictor's normalised error on each sample: ``[n, T, d] -> [n, T]``.
-
-    b_i(s) = ‖x_i(s) − x̄(s)‖² / mean_j ‖x_j(s) − x̄(s)‖², x̄ the mean over these n samples
-    (the probes' SST / n of the test split).
-    """
-    x = np.asarray(x, dtype=np.float64)
-    dev = ((x - x.mean(axis=0)) ** 2).sum(axis=-1)
-    scale = dev.mean(axis=0)
-    return dev / np.where(scale > 0, scale, 1.0)
-
-
-def corrected_errors(errors: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Per-sample errors over their own baseline: ``[L+1, n, T+1, T]`` float64.
-
-    errors: normalised errors ``[L+1, n, T+1, T]`` of the n test samples; x: their inputs
-    ``[n, T, d]``.
-    """
-    baseline = np.maximum(sample_baseline(x), BASELINE_FLOOR)  # [n, T]
-    return np.asarray(errors, dtype=np.float64) / baseline[None, :, None, :]
 
 
 def pick_probe(results: Any, probe: str | None) -> str:
@@ -135,7 +116,7 @@ def decodability(
     *,
     probe: str | None = None,
     score: ScoreKind = "r2",
-    ratio: float = DEFAULT_DECODABLE_RATIO,
+    ratio: float | None = None,
     provenance: dict[str, Any] | None = None,
 ) -> Observations:
     """Probe results (:class:`~infoprobe.probes.results.ProbeResults`) as observations.
@@ -144,7 +125,10 @@ def decodability(
     order. probe: "linear", "mlp", "query" or "critic" (default: the one the results were
     run with; the critic: :func:`critic_decodability`, which needs no inputs).
     score: aggregate score, test R² ("r2") or R² minus the largest control ("selectivity").
-    ratio: per-sample membership threshold on the corrected error (see the module doc).
+    ratio: per-sample membership threshold on the corrected error (see the module doc;
+    default: the results file's ``tau_sample`` where its sets were made by the same rule,
+    :data:`DEFAULT_DECODABLE_RATIO` for files written before it), so the per-sample sets
+    here are those in the file.
     """
     probe = pick_probe(results, probe)
     if probe == "critic":
@@ -156,11 +140,14 @@ def decodability(
             f"no {score} scores for probe {probe!r}; present: {sorted(results.scores)}"
         )
     errors = results.per_sample.get((TARGETS, probe, "none"))
+    thresholds = results.thresholds or {}
+    if ratio is None:
+        same_rule = thresholds.get("per_sample_rule") == PER_SAMPLE_RULE
+        ratio = float(thresholds["tau_sample"]) if same_rule else DEFAULT_DECODABLE_RATIO
     corrected = per_sample = None
     if errors is not None:
         corrected = corrected_errors(errors, x_test)
         per_sample = corrected < ratio
-    thresholds = results.thresholds or {}
     return Observations(
         instrument="decodability",
         per_sample=per_sample,

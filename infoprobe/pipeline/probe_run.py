@@ -302,9 +302,12 @@ class _ProbeRun:
         )
 
     def per_sample_sets(self, errors: np.ndarray) -> None:
-        """Per-sample observed sets from per-sample errors ``[L+1, n_test, T+1, S]``."""
+        """Per-sample observed sets from per-sample errors ``[L+1, n_test, T+1, S]`` by the
+        one per-sample rule (:func:`~infoprobe.probes.observed.per_sample_observed`)."""
         tau = self.settings.thresholds.tau_sample
-        self.results.observed[("positions", "per_sample")] = per_sample_observed(errors, tau)
+        x_test = self.x[self.split == TEST]
+        observed = per_sample_observed(errors, x_test, tau)
+        self.results.observed[("positions", "per_sample")] = observed
 
     # ------------------------------------------------------------------ MLP / query probes
 
