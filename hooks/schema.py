@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from infoprobe.base import formats
+from infoprobe.base.formats import CACHE
 
-FORMAT = formats.CACHE
+FORMAT = CACHE
 SCHEMA_VERSION = 2
 OLDEST_READABLE = 1
 """Oldest schema the reader accepts (schema 1 differs only in header and axis names)."""

@@ -15,7 +15,6 @@ that module's ``state_dict``.
 from __future__ import annotations
 
 import json
-import platform
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,16 +24,16 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedRootModule
 
-from infoprobe import __version__
 from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output, usual_mode
 from infoprobe.base.digest import file_sha256
 from infoprobe.base.errors import UsageError, UserError
 from infoprobe.base.header import MODEL_IDENTITY, check_header, make_header
+from infoprobe.base.versions import package_versions
 from infoprobe.foreign.check import check_foreign_model
 from infoprobe.foreign.config import ForeignConfig, build_model, config_from_dict, weights_module
 from infoprobe.foreign.errors import ForeignModelError
-from infoprobe.foreign.trust import check_trusted, model_code_sha256
+from infoprobe.foreign.trust import check_trusted, copy_factory_module, model_code_sha256
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 
 if TYPE_CHECKING:  # hub → pillar; imported at run time only where needed
@@ -63,27 +62,6 @@ NO_TASK_HINT = (
 
 class CheckpointError(UserError):
     """A checkpoint folder is missing, truncated, foreign or inconsistent."""
-
-
-def installed_version(distribution: str) -> str:
-    """The installed version of ``distribution`` (from its metadata: transformer-lens 4.x
-    has no ``__version__``), or ``"unknown"``."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def package_versions() -> dict[str, str]:
-    """Versions recorded in every output's provenance."""
-    return {
-        "infoprobe": __version__,
-        "torch": torch.__version__,
-        "transformer_lens": installed_version("transformer-lens"),
-        "python": platform.python_version(),
-    }
 
 
 @dataclass
@@ -176,6 +154,8 @@ def save_checkpoint(
     ) as tmp:
         save_file(state, str(tmp / WEIGHTS))
         usual_mode(tmp / WEIGHTS)
+        if isinstance(cfg, ForeignConfig):
+            copy_factory_module(cfg.factory, tmp)
         meta = {
             **make_header(FORMAT, SCHEMA_VERSION),
             "model_config": cfg.to_dict(),

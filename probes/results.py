@@ -42,8 +42,8 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from infoprobe.base import formats
 from infoprobe.base.atomic import temp_name
+from infoprobe.base.formats import PROBE_RESULTS
 from infoprobe.base.header import (
     axes_of,
     check_header,
@@ -54,7 +54,7 @@ from infoprobe.base.header import (
 )
 from infoprobe.probes.errors import ResultsFileError
 
-FORMAT = formats.PROBE_RESULTS
+FORMAT = PROBE_RESULTS
 SCHEMA_VERSION = 4
 """4: per-sample scores other than errors (``/per_sample/.../<metric>``, the critic's
 ``pvi`` and ``p_value``). 3: root attributes ``inputs_sha256`` (the source cache's inputs) and

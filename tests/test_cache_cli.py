@@ -169,8 +169,10 @@ def test_help_teaches_both_forms(capsys):
     with pytest.raises(SystemExit):
         main(["cache", "--help"])
     text = capsys.readouterr().out
-    assert "infoprobe cache CHECKPOINT --out FILE" in text
-    assert "infoprobe cache info FILE" in text
+    usage = text.split("\n\n")[0]  # both forms, every option of the write form
+    assert usage.startswith("usage: infoprobe cache [-h] [--out FILE]")
+    assert "CHECKPOINT\n       infoprobe cache info FILE" in usage
+    assert "[--trust-code]" in usage and "[--inputs X]" in usage
     assert "residual" in text and "re:REGEX" in text and "examples:" in text
 
 

@@ -213,7 +213,11 @@ def test_your_sets_against_flow_from_the_shell(monkeypatch, capsys, files, tmp_p
     capsys.readouterr()
     assert main(["compare", str(pred), "--influence", str(flow), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    comparison = json.loads(out.read_text())["comparisons"]["flow"]["infoflow"]
+    document = json.loads(out.read_text())
+    # the sets are the user's: so says the console and the file's key, never "infoflow"
+    assert document["predictor"] == "your_sets" and "your sets vs flow:" in printed
+    assert "infoflow" not in printed.lower() and "infoflow" not in document["comparisons"]["flow"]
+    comparison = document["comparisons"]["flow"]["your_sets"]
     auroc = comparison["per_sample"]["others"]["auroc_per_layer"]
     assert auroc[1] >= 0.98, (auroc, printed)
     assert "AUROC" in printed
@@ -239,6 +243,10 @@ def test_your_sets_against_flow_from_the_shell(monkeypatch, capsys, files, tmp_p
     assert head["data"]["operation"] == "no predicted program"
     page = html.unescape((rep / "report.html").read_text())
     assert "not InfoFlow's" in page and "reads (from attention alone)" in page
+    # every figure's title and caption names your sets, none InfoFlow's
+    words = json.dumps(summary["figures"])
+    assert summary["figures"] and "InfoFlow" not in words and "your sets" in words
+    assert summary["answer"]["predictor"] == "your_sets"
     # other samples are refused: the sets file names the cache's inputs file
     other = tmp_path / "other.npy"
     np.save(other, x[::-1].copy())
@@ -288,7 +296,7 @@ def test_probe_checkpoint_takes_the_inputs_and_your_sets(monkeypatch, capsys, fi
     printed = capsys.readouterr().out
     assert "no task" in printed and "sets given by the user" in printed
     comparison = json.loads((out / "comparison.json").read_text())["comparisons"]["flow"]
-    assert comparison["infoflow"]["per_sample"]["others"]["auroc_per_layer"][1] >= 0.98
+    assert comparison["your_sets"]["per_sample"]["others"]["auroc_per_layer"][1] >= 0.98
     with h5py.File(out / "pred.h5") as f:  # the user's sets, over the file's rows
         np.testing.assert_array_equal(f["sets"][:, :, :, :T], np.moveaxis(true, 1, 0))
     run = json.loads((out / "run.json").read_text())

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -426,3 +428,25 @@ def test_a_hugging_face_bert_gets_its_hook_points_from_the_site_map():
     for b in range(2):
         torch.testing.assert_close(got[f"blocks.{b}.attn.hook_pattern"], own.attentions[b])
     torch.testing.assert_close(got["blocks.1.hook_resid_post"], own.last_hidden_state)
+
+
+def test_save_checkpoint_copies_the_factory_module_so_it_loads_anywhere(tmp_path):
+    """The checkpoint carries the module that builds its model: loaded in a fresh process
+    whose sys.path lacks tests/, it rebuilds the same model from the copy."""
+    path = save_checkpoint(tmp_path / "ck", handset(TASK.d), TASK, config=handset_config())
+    source = Path(__file__).parent / "foreign_models.py"
+    assert (path / "foreign_models.py").read_bytes() == source.read_bytes()
+    code = (
+        "import sys; from infoprobe import load_checkpoint; "
+        "from infoprobe.foreign.config import weights_module; "
+        "assert 'foreign_models' not in sys.modules; "
+        f"model = weights_module(load_checkpoint({str(path)!r}, trust_code=True).model); "
+        "print(type(model).__module__, sum(float(p.abs().sum()) for p in model.parameters()))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    module, total = proc.stdout.split()
+    expected = sum(float(p.abs().sum()) for p in handset(TASK.d).parameters())
+    assert module == "foreign_models" and float(total) == pytest.approx(expected, rel=1e-6)

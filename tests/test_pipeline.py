@@ -207,7 +207,15 @@ def test_probe_checkpoint_without_task_asks_for_one_then_uses_it(run_dir, tmp_pa
     assert load_checkpoint(tmp_path / "p" / "checkpoint").task == TASK
     with h5py.File(tmp_path / "p" / "acts.h5") as f:
         assert f.attrs["n_committed"] == 600
-    assert "report:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "report:" in printed
+    # the observed program is printed, a line per head with its modes, as comparison.json has it
+    heads = json.loads((tmp_path / "p" / "comparison.json").read_text())["heads"]["heads"]
+    assert len(heads) == 4  # heads (2, 2)
+    lines = printed.splitlines()
+    for row in heads:
+        (line,) = [x for x in lines if f"block {row['block']} head {row['head']}:" in x]
+        assert f"data queries: {row['data']['mode']}" in line and row["cls"]["mode"] in line
 
 
 def test_seeds_train_together_and_the_best_is_analysed(tmp_path, capsys):

@@ -323,6 +323,9 @@ def test_printed_inline_command(source, span, tmp_path, capsys):
     argv = span.replace("...", " ... ").split()[1:]
     if PLACEHOLDER.match(argv[0].rstrip(":")):
         return  # about every subcommand (`infoprobe CMD: error: ...`)
+    if argv[0].startswith("-"):  # a top-level option (`infoprobe --version`)
+        assert argv[0] in build_parser()._option_string_actions, f"{source}: `{span}`"
+        return
     assert argv[0] in subparsers(build_parser()), f"{source}: `{span}`: no such subcommand"
     if len(argv) == 1 or (len(argv) == 2 and argv[1].startswith("--") and argv[1] != "--help"):
         check_template(source, argv)

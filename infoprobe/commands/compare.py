@@ -153,9 +153,11 @@ def print_comparison(compared: Compared) -> None:
     print("headline (own positions left out):")
     for line in compared.headline():
         print(f"  {line}")
+    from infoprobe.compare.predictors import display_name
+
     for instrument, by_predictor in compared.comparisons.items():
         for name, comparison in by_predictor.items():
-            print(f"{name} vs {instrument}:")
+            print(f"{display_name(name)} vs {instrument}:")
             for verdict in comparison.verdicts:
                 print(f"  {verdict}")
     if compared.heads is not None:

@@ -43,6 +43,7 @@ from infoprobe.compare.intervals import (
     sample_scope_intervals,
 )
 from infoprobe.compare.observations import Observations, as_array, scope_masks
+from infoprobe.compare.predictors import INFOFLOW
 from infoprobe.compare.provenance import ProvenanceError
 from infoprobe.compare.scopes import AggregateScope, SampleScope, SetComparison
 from infoprobe.compare.verdicts import layer_verdicts
@@ -173,7 +174,7 @@ def compare(
     predicted: np.ndarray,
     observations: Observations,
     *,
-    name: str = "infoflow",
+    name: str = INFOFLOW,
     score_taus: Sequence[float] | np.ndarray | None = None,
     provenance: Mapping[str, Any] | None = None,
     interval: IntervalSettings | None = DEFAULT_INTERVAL,
@@ -184,7 +185,8 @@ def compare(
     0..T-1 are compared (CLS carries no input). Its sample axis must be aligned with the
     observations' (the same samples in the same order).
     observations: the instrument's sets and scores (:class:`Observations`).
-    name: the predictor's name ("infoflow", "rollout").
+    name: the predictor's name (``infoflow``, ``your_sets``, ``rollout``:
+        :mod:`infoprobe.compare.predictors`).
     score_taus: τ grid of the aggregate sweep (default :data:`DEFAULT_SCORE_TAUS`; the
     observations' own τ is always added). provenance: the predicted sets' provenance.
     interval: how to bootstrap the intervals over samples (default

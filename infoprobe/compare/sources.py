@@ -30,6 +30,7 @@ from infoprobe.compare.core import compare
 from infoprobe.compare.crosstab import Crosstab, crosstab
 from infoprobe.compare.null import NULL_Q, null_rule
 from infoprobe.compare.observations import Observations
+from infoprobe.compare.predictors import INFOFLOW, predictor_of, primary
 from infoprobe.compare.provenance import (
     ProvenanceError,
     cache_provenance_fields,
@@ -337,12 +338,18 @@ class Compared:
     null_rule: dict[str, Any] | None = None
     """The null rule's per-layer counts (:func:`infoprobe.compare.null.null_summary`)."""
 
+    @property
+    def predictor(self) -> str:
+        """The predicted sets' key in :attr:`comparisons` (``infoflow`` or ``your_sets``)."""
+        return primary(next(iter(self.comparisons.values()), {INFOFLOW: None}))
+
     def headline(self) -> tuple[str, ...]:
-        return headline(self.comparisons)
+        return headline(self.comparisons, self.predictor)
 
     def extra(self) -> dict[str, Any]:
         """The top-level entries of comparison.json beside the comparisons."""
         return {
+            "predictor": self.predictor,
             "headline": list(self.headline()),
             "crosstab": None if self.table is None else self.table.to_dict(),
             "heads": None if self.heads is None else self.heads.to_dict(),
@@ -369,10 +376,12 @@ def predicted_program(sets: SetsFile):
 def compare_sources(
     sources: Sources, rollout: RolloutConfig | None = None, *, null_q: float | None = NULL_Q
 ) -> Compared:
-    """Compare InfoFlow (and rollout, when ``rollout`` is given) with every instrument;
+    """Compare InfoFlow's sets, or the user's in their place (the predictor ``your_sets``),
+    and rollout when ``rollout`` is given, with every instrument;
     cross flow with decodability; read the observed program from the attention patterns;
     apply the null rule at FDR ``null_q`` (None: not at all; infoprobe.compare.null)."""
     pred_prov = next(v for k, v in sources.provenance.items() if k.startswith("predicted"))
+    predictor = predictor_of(sources.sets_file.provenance)
     rolled = None
     if rollout is not None:
         if sources.patterns is None:
@@ -383,7 +392,9 @@ def compare_sources(
         rolled = predict_rollout(sources.patterns, rollout)
     comparisons: dict[str, dict[str, SetComparison]] = {}
     for name, obs in sources.instruments.items():
-        comparisons[name] = {"infoflow": compare(sources.predicted, obs, provenance=pred_prov)}
+        comparisons[name] = {
+            predictor: compare(sources.predicted, obs, name=predictor, provenance=pred_prov)
+        }
         if rolled is not None:
             comparisons[name]["rollout"] = compare(
                 rolled.sets, obs, name="rollout", provenance=rollout.to_dict()

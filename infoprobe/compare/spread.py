@@ -23,9 +23,9 @@ from typing import Any
 from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output
 from infoprobe.base.header import make_header
+from infoprobe.compare.predictors import INFOFLOW
 from infoprobe.compare.spread_runs import (
     GROUP,
-    PREDICTOR,
     Interval,
     Metric,
     SpreadError,
@@ -145,12 +145,14 @@ class SeedSpread:
     arch: dict[str, Any]
     n_layers: int
     instruments: dict[str, dict[str, MetricSpread]]
+    predictor: str = INFOFLOW
+    """The predicted sets compared (``infoflow``, or ``your_sets``: the user's)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Every number as JSON (docs/report.md, "Spread over seeds"); no header."""
         return {
             "rule": RULE,
-            "predictor": PREDICTOR,
+            "predictor": self.predictor,
             "task": self.task,
             "arch": self.arch,
             "n_layers": self.n_layers,
@@ -270,6 +272,7 @@ def seed_spread(runs: Sequence[str | os.PathLike]) -> SeedSpread:
         task=first["task"],
         arch=first["arch"],
         n_layers=first["n_layers"],
+        predictor=first["predictor"],
         instruments=spreads,
     )
 

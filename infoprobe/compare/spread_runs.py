@@ -15,9 +15,17 @@ from typing import Any
 from infoprobe.base.errors import UserError
 from infoprobe.compare.files import SCHEMA_VERSION as COMPARISON_SCHEMA
 from infoprobe.compare.files import read_comparisons
+from infoprobe.compare.predictors import INFOFLOW, sets_phrase
 
 COMPARISON_FILE = "comparison.json"
-PREDICTOR = "infoflow"
+
+
+def predictor(document: Mapping[str, Any]) -> str:
+    """The predicted sets' key in a comparison.json (``predictor``; files written before it
+    was recorded compared InfoFlow's sets)."""
+    return str(document.get("predictor", INFOFLOW))
+
+
 GROUP = "others"
 
 Value = float | None
@@ -91,10 +99,11 @@ def run_identity(document: Mapping[str, Any], path: Path) -> dict[str, Any]:
                 f"{predicted.get(name)!r}, expected {'an integer' if kind is int else 'an object'}"
             )
     checkpoint = _entry(document["provenance"], "checkpoint (") or {}
+    key = predictor(document)
     intervals = [
-        by_pred[PREDICTOR].get("interval")
+        by_pred[key].get("interval")
         for by_pred in document["comparisons"].values()
-        if isinstance(by_pred, dict) and isinstance(by_pred.get(PREDICTOR), dict)
+        if isinstance(by_pred, dict) and isinstance(by_pred.get(key), dict)
     ]
     seed = (checkpoint.get("train_config") or {}).get("seed")
     return {
@@ -105,6 +114,7 @@ def run_identity(document: Mapping[str, Any], path: Path) -> dict[str, Any]:
         "seed": seed if isinstance(seed, int) else None,
         "checkpoint_sha256": predicted.get("checkpoint_sha256"),
         "interval": next((i for i in intervals if isinstance(i, dict)), None),
+        "predictor": key,
     }
 
 
@@ -120,9 +130,10 @@ def _difference(expected: Any, found: Any, field: str) -> tuple[str, Any, Any] |
 
 
 def check_same(first: dict[str, Any], other: dict[str, Any], first_path: Path, path: Path) -> None:
-    """Refuse ``other`` unless its task, layer count and architecture equal ``first``'s
-    (``model_config`` compared where both record one)."""
-    fields = ["task", "n_layers", "arch"]
+    """Refuse ``other`` unless its task, layer count, architecture and predicted sets
+    (InfoFlow's or the user's) equal ``first``'s (``model_config`` compared where both
+    record one)."""
+    fields = ["task", "n_layers", "arch", "predictor"]
     if first["model_config"] is not None and other["model_config"] is not None:
         fields.append("model_config")
     for name in fields:
@@ -155,13 +166,16 @@ def refuse_same_model(identities: Sequence[dict[str, Any]], paths: Sequence[Path
 def compared_instruments(
     documents: Sequence[Mapping[str, Any]], paths: Sequence[Path]
 ) -> list[str]:
-    """The instruments compared with InfoFlow's sets, the same in every run."""
+    """The instruments compared with the predicted sets, the same in every run."""
     found = [
-        [k for k, v in doc["comparisons"].items() if isinstance(v, dict) and PREDICTOR in v]
+        [k for k, v in doc["comparisons"].items() if isinstance(v, dict) and predictor(doc) in v]
         for doc in documents
     ]
     if not found[0]:
-        raise SpreadError(f"{paths[0]}: field 'comparisons' has no comparison with InfoFlow")
+        raise SpreadError(
+            f"{paths[0]}: field 'comparisons' has no comparison with "
+            f"{sets_phrase(predictor(documents[0]))}"
+        )
     for names, path in zip(found[1:], paths[1:], strict=True):
         if set(names) != set(found[0]):
             raise SpreadError(
@@ -176,10 +190,11 @@ def read_metric(
 ) -> tuple[list[Value], list[Interval]]:
     """One run's values [L+1] and intervals [L+1] of ``metric``; all None where the
     instrument has no such scope (an aggregate-only probe has no per-sample scores)."""
-    scope = document["comparisons"][instrument][PREDICTOR].get(metric.scope)
+    key = predictor(document)
+    scope = document["comparisons"][instrument][key].get(metric.scope)
     if scope is None:
         return [None] * n_axis, [None] * n_axis
-    where = f"comparisons/{instrument}/{PREDICTOR}/{metric.scope}/{GROUP}"
+    where = f"comparisons/{instrument}/{key}/{metric.scope}/{GROUP}"
     group = scope.get(GROUP) if isinstance(scope, dict) else None
     values: Any = group
     for key in metric.value:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infoprobe.compare.agreement import SetAgreement
+from infoprobe.compare.predictors import INFOFLOW
 
 if TYPE_CHECKING:
     from infoprobe.compare.scopes import AggregateScope, SampleScope, SetComparison
@@ -93,7 +94,7 @@ def layer_verdicts(
 
 
 def headline(
-    comparisons: Mapping[str, Mapping[str, SetComparison]], predictor: str = "infoflow"
+    comparisons: Mapping[str, Mapping[str, SetComparison]], predictor: str = INFOFLOW
 ) -> tuple[str, ...]:
     """One line per layer leading with every instrument's AUROC against ``predictor``
     (controls in brackets), then the primary instrument's set agreement (own positions

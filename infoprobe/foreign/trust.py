@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import sys
+import warnings
 from pathlib import Path
 
 from infoprobe.base.digest import file_sha256
@@ -157,3 +158,24 @@ def check_defined_in(fn: object, factory: str) -> None:
             f"defined in package {top!r}, found {type(fn).__name__} from module {defined!r} "
             "(a re-export is refused before it is called)"
         )
+
+
+def copy_factory_module(factory: str, folder: Path) -> Path | None:
+    """Copy the module file of ``factory`` (``module:function``) into the checkpoint
+    ``folder``, so the checkpoint carries the code that builds its model (loading imports
+    ``module`` from ``sys.path`` first, then from the folder). A module inside a package
+    cannot be copied alone: a warning says it must be importable where the checkpoint is
+    loaded. Returns the copy's path, or None."""
+    module = factory.partition(":")[0]
+    source = locate_module(module)
+    if "." in module or source is None or source.name == "__init__.py":
+        warnings.warn(
+            f"save_checkpoint: the factory's module {module!r} is not a single file on "
+            "sys.path and was not copied beside the checkpoint: it must be importable "
+            "wherever the checkpoint is loaded",
+            stacklevel=3,
+        )
+        return None
+    copy = folder / f"{module}.py"
+    copy.write_bytes(source.read_bytes())
+    return copy

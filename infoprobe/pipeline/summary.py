@@ -36,6 +36,9 @@ class RunSummary:
     rate: str = ""
     """InfoFlow's α at the run's T and E in words, and whether the law predicts the same
     rate as the minimum heads there (:meth:`infoprobe.infoflow.Prediction.rate_note`)."""
+    observed_heads: list[str] = field(default_factory=list)
+    """Each head's observed program in one line (its mode for data and CLS queries and the
+    keys it reads), from the comparison's attention analysis; empty without it."""
 
     def lines(self) -> list[str]:
         nmse = "n/a" if self.val_nmse is None else f"{self.val_nmse:.3g}"
@@ -52,6 +55,8 @@ class RunSummary:
             *([f"  rate: {self.rate}"] if self.rate else []),
             *([f"  orientation: {self.orientation}"] if self.orientation else []),
             *[f"  {line}" for line in self.layer_verdicts],
+            *(["  observed program (from attention alone):"] if self.observed_heads else []),
+            *[f"    {line}" for line in self.observed_heads],
             f"  report: {self.report}",
         ]
 
@@ -72,6 +77,7 @@ def run_summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
         verdict=sets.prediction["verdict"],
         exponent=sets.prediction["exponent"],
         layer_verdicts=list(comparison.get("headline", [])),
+        observed_heads=head_lines(comparison.get("heads")),
         report=folder.path / "report" / "report.html",
         skipped=folder.skipped,
         orientation="" if given else recorded_orientation(sets.provenance.get("orientation")),
@@ -83,3 +89,21 @@ def run_summary(folder: RunFolder, ckpt_dir: Path) -> RunSummary:
             kth_law=sets.prediction.get("kth_law", "tail"),
         ).rate_note(),
     )
+
+
+def head_lines(heads: dict | None) -> list[str]:
+    """One line per head of a comparison's observed program (``comparison.json``'s
+    ``heads``): block, head, then for data and CLS queries the mode (and the keys it
+    reads where they say more than the mode)."""
+    if not heads:
+        return []
+    lines = []
+    for row in heads.get("heads", []):
+        groups = []
+        for key, name in (("data", "data queries"), ("cls", "CLS")):
+            group = row.get(key)
+            if group:
+                reads = "" if group["reads"] == group["mode"] else f", {group['reads']}"
+                groups.append(f"{name}: {group['mode']}{reads}")
+        lines.append(f"block {row['block']} head {row['head']}: " + "; ".join(groups))
+    return lines

@@ -18,6 +18,7 @@ import numpy as np
 from infoprobe.attention.program import NO_PROGRAM
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.observations import Observations, scope_masks
+from infoprobe.compare.predictors import INFOFLOW, sets_phrase
 from infoprobe.compare.verdicts import percent
 
 
@@ -141,15 +142,24 @@ def _group_ops(heads: Mapping[str, Any] | None) -> dict[tuple[int, int], dict[st
 
 
 def violation_lines(
-    sources: ViolationSources, heads: Mapping[str, Any] | None = None, word: str = "observed"
+    sources: ViolationSources,
+    heads: Mapping[str, Any] | None = None,
+    word: str = "observed",
+    predictor: str = INFOFLOW,
 ) -> list[str]:
     """One sentence per layer with violations: how many sit at CLS and at data tokens
     (and which data token most), how many entered in the block before, and the head that
     moved most of those, with its observed mode at that query and the operation InfoFlow's
-    program gives it (from ``heads``, ``ObservedProgram.to_dict()``)."""
+    program gives it (from ``heads``, ``ObservedProgram.to_dict()``); ``predictor``: whose
+    sets were compared (``infoflow`` or ``your_sets``)."""
     ops = _group_ops(heads)
     lines = []
     tokens = sources.per_token.shape[1]
+    nothing = (
+        "InfoFlow predicts nothing"
+        if predictor == INFOFLOW
+        else f"{sets_phrase(predictor)} have nothing"
+    )
     for layer in range(sources.per_token.shape[0]):
         total = int(sources.total[layer])
         if total == 0:
@@ -184,8 +194,7 @@ def violation_lines(
                 text += " (layer 0: the embedding, before any block)"
             parts.append(text)
         lines.append(
-            f"layer {layer}: {total} violations ({word} where InfoFlow predicts nothing): "
-            + "; ".join(parts)
+            f"layer {layer}: {total} violations ({word} where {nothing}): " + "; ".join(parts)
         )
     return lines
 

@@ -14,12 +14,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from infoprobe.compare.agreement import TauSweep
+from infoprobe.compare.predictors import INFOFLOW, ROLLOUT, YOUR_SETS, display_name, sets_phrase
 from infoprobe.report.figures import (
     MAX_FIGURE_WIDTH,
     OMISSION_COLOR,
     PREDICTED_COLOR,
     VIOLATION_COLOR,
-    display_name,
     instrument_label,
 )
 
@@ -124,7 +124,11 @@ def training_curve(history: Sequence[Mapping[str, float]]) -> Figure:
     return fig
 
 
-ROC_STYLES = {"infoflow": ("-", PREDICTED_COLOR), "rollout": ("--", "#e07b00")}
+ROC_STYLES = {
+    INFOFLOW: ("-", PREDICTED_COLOR),
+    YOUR_SETS: ("-", PREDICTED_COLOR),
+    ROLLOUT: ("--", "#e07b00"),
+}
 CONTROL_STYLE = (":", "#7a7a7a")
 MAX_CURVE_POINTS = 2000
 
@@ -146,8 +150,10 @@ def answer_figure(
     score_name: str,
     tau: float | None = None,
     log_scale: bool = True,
+    predictor: str = INFOFLOW,
 ) -> Figure:
-    """Per layer, does the instrument pick out InfoFlow's predicted positions, sample by
+    """Per layer, does the instrument pick out the predicted positions (``predictor``'s sets:
+    InfoFlow's or yours), sample by
     sample? Top row: ROC curves over every (sample, token, position s ≠ t) cell of the
     layer; bottom row: the raw per-sample score at InfoFlow's predicted positions against
     the others (density), with the fixed threshold τ.
@@ -185,7 +191,7 @@ def answer_figure(
             ax.set_xscale("log")
         else:
             bins = np.linspace(float(values.min()), float(values.max()), 41)
-        for part, color, what in ((predicted, PREDICTED_COLOR, "predicted by InfoFlow"),
+        for part, color, what in ((predicted, PREDICTED_COLOR, f"in {sets_phrase(predictor)}"),
                                   (other, OMISSION_COLOR, "other positions")):  # fmt: skip
             if part.size:
                 share = np.full(part.size, 1.0 / part.size)  # each group sums to 1
@@ -199,7 +205,7 @@ def answer_figure(
         ax.set_ylabel("share of the group's cells")
         ax.legend(fontsize=7.5, frameon=False)
     fig.suptitle(
-        f"{label}: does it single out InfoFlow's predicted positions? Per sample, own "
+        f"{label}: does it single out the positions in {sets_phrase(predictor)}? Per sample, own "
         "positions left out"
     )
     return fig

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from infoprobe.compare.agreement import TauSweep
 from infoprobe.compare.observations import Observations, scope_masks
+from infoprobe.compare.predictors import display_name
 from infoprobe.compare.scopes import SetComparison
 from infoprobe.report import answer, figures
 from infoprobe.report.curves import answer_figure, tau_sweep_figure, training_curve
@@ -25,10 +26,10 @@ from infoprobe.report.inputs import (
 from infoprobe.report.sample_figure import sample_view
 
 MARKS = (
-    "White outlines: positions InfoFlow predicts in every sample; white dots: in "
+    "White outlines: positions in {sets} in every sample; white dots: in "
     "some samples (area = share); red crosses: violations (observed, never predicted)."
 )
-"""How the grids mark InfoFlow's sets (their captions)."""
+"""How the grids mark the predicted sets (their captions; ``sets``: whose, in words)."""
 GRID_FIGURES: tuple[tuple[str, Callable[..., Figure], str, str], ...] = (
     (
         "grid",
@@ -48,10 +49,10 @@ GRID_FIGURES: tuple[tuple[str, Callable[..., Figure], str, str], ...] = (
 """Per instrument with aggregate scores: file suffix, figure function, title, caption."""
 ANSWER_CAPTION = (
     "Each (sample, token, position s ≠ t) cell of a layer is one item. Top: ROC curves of "
-    "{score} ranking InfoFlow's predicted positions above the others (InfoFlow solid, "
-    "attention rollout dashed, InfoFlow against the same instrument on the random-init "
-    "model dotted; the diagonal is chance). Bottom: {score} at InfoFlow's predicted "
-    "positions (blue) and at the others (grey){threshold}. Observed is not used."
+    "{score} ranking the positions in {sets} above the others ({who} solid, "
+    "attention rollout dashed, {who} against the same instrument on the random-init "
+    "model dotted; the diagonal is chance). Bottom: {score} at the positions in {sets} "
+    "(blue) and at the others (grey){threshold}. Observed is not used."
 )
 FIXED_THRESHOLD = ", with the fixed threshold τ (dashed)"
 """The answer caption's threshold clause, for an instrument whose sets come from one."""
@@ -76,7 +77,7 @@ def build_figures(inputs: ReportInputs) -> Figures:
 
 
 def _add_answer_figures(out: Figures, inputs: ReportInputs) -> None:
-    """Per instrument (not controls), ROC curves and distributions at InfoFlow's sets."""
+    """Per instrument (not controls), ROC curves and distributions at the predicted sets."""
     for name, obs in inputs.instruments().items():
         if obs.control_of is not None:
             continue
@@ -85,8 +86,10 @@ def _add_answer_figures(out: Figures, inputs: ReportInputs) -> None:
             label = figures.instrument_label(name, probe_of(inputs, name))
             out[f"answer_{figures.file_stem(name)}"] = (
                 fig,
-                f"{label} at InfoFlow's predicted positions",
+                f"{label} at the positions in {inputs.sets_phrase}",
                 ANSWER_CAPTION.format(
+                    sets=inputs.sets_phrase,
+                    who=display_name(inputs.predictor),
                     score=obs.sample_score_name,
                     threshold="" if obs.tau_sample is None else FIXED_THRESHOLD,
                 ),
@@ -111,8 +114,10 @@ def _add_grids(out: Figures, inputs: ReportInputs) -> None:
                 score_name=obs.score_name,
                 instrument=name,
                 probe=probe,
+                sets=inputs.sets_phrase,
             )
-            words = {"score": obs.score_name, "name": name, "marks": MARKS}
+            marks = MARKS.format(sets=inputs.sets_phrase)
+            words = {"score": obs.score_name, "name": name, "marks": marks}
             out[f"{stem}_{suffix}"] = (
                 fig,
                 f"{label}: {title.format(**words)}",
@@ -139,9 +144,10 @@ def _add_sample_views(out: Figures, inputs: ReportInputs) -> None:
                 sample=sample,
                 extra_sets=extra,
                 instrument=primary.instrument,
+                predictor=inputs.predictor,
             ),
-            f"Sample {sample}: InfoFlow against {label}",
-            f"Per-sample sets for one compared sample: InfoFlow's predicted set (blue), the "
+            f"Sample {sample}: {display_name(inputs.predictor)} against {label}",
+            f"Per-sample sets for one compared sample: {inputs.sets_phrase} (blue), the "
             f"set observed by {label} against it "
             "(green agree, grey omission, red violation) and the attention pattern of every "
             f"head of the block producing that layer.{reason}",
@@ -190,7 +196,7 @@ def _answer_figure(inputs: ReportInputs, name: str) -> Figure | None:
     layers = answer_layers(inputs)
     if obs.sample_score is None or not layers:
         return None
-    predictors = {"infoflow": inputs.predicted}
+    predictors = {inputs.predictor: inputs.predicted}
     if inputs.rollout_sets is not None:
         predictors["rollout"] = inputs.rollout_sets
     control = _controls(inputs).get(name)
@@ -199,7 +205,7 @@ def _answer_figure(inputs: ReportInputs, name: str) -> Figure | None:
         found: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, float]] = {}
         pairs = [(p, sets, obs) for p, sets in predictors.items()]
         if control is not None and control.sample_score is not None:
-            pairs.append(("infoflow", inputs.predicted, control))
+            pairs.append((inputs.predictor, inputs.predicted, control))
         for predictor, sets, instrument in pairs:
             scores, labels = answer.layer_scores(instrument, sets, layer)
             if labels.all() or not labels.any():
@@ -217,6 +223,7 @@ def _answer_figure(inputs: ReportInputs, name: str) -> Figure | None:
         instrument=name,
         score_name=obs.sample_score_name,
         tau=obs.tau_sample,
+        predictor=inputs.predictor,
     )
 
 
@@ -238,6 +245,6 @@ def _red_reason(inputs: ReportInputs, sample: int) -> str:
     if not shares:
         return " No red cells in this sample."
     worst = int(np.argmax(counts))
-    lines = answer.violation_lines(sources, heads_dict(inputs), obs.word)
+    lines = answer.violation_lines(sources, heads_dict(inputs), obs.word, inputs.predictor)
     why = next((line for line in lines if line.startswith(f"layer {worst}:")), "")
     return f" Red (violation) cells in this sample: {shares}. Why, over all samples: {why}."

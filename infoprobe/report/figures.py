@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from infoprobe.compare.instruments import FLOW_SHARE_NAME, probe_family_of
+from infoprobe.compare.predictors import INFOFLOW, sets_phrase
 
 PREDICTED_EDGE = "white"
 VIOLATION_COLOR = "#e8112d"
@@ -31,12 +32,6 @@ SCORE_CMAP = "viridis"
 PANELS_PER_ROW = 4
 MAX_FIGURE_WIDTH = 12.5
 """Inches: wider figures are shrunk by the page and their labels become unreadable."""
-DISPLAY_NAMES = {"infoflow": "InfoFlow", "rollout": "attention rollout"}
-
-
-def display_name(name: str) -> str:
-    """How a predictor's name is shown ("infoflow" → "InfoFlow")."""
-    return DISPLAY_NAMES.get(name, name)
 
 
 def file_stem(name: str) -> str:
@@ -152,6 +147,7 @@ def decodability_grid(
     probe: str | None = None,
     vmin: float = 0.0,
     vmax: float = 1.0,
+    sets: str = sets_phrase(INFOFLOW),
 ) -> Figure:
     """One heatmap per layer of an aggregate score (R², flow-set share), predicted membership
     overlaid.
@@ -195,7 +191,7 @@ def decodability_grid(
     _overlay_legend(fig, ncol=3 if ncols * side > 9 else 1)
     fig.suptitle(
         f"{instrument_label(instrument, probe)}: {score_name} of x(s) in token t's state, "
-        "per layer, with InfoFlow's sets"
+        f"per layer, with {sets}"
     )
     return fig
 
@@ -211,11 +207,12 @@ def cls_across_layers(
     probe: str | None = None,
     vmin: float = 0.0,
     vmax: float = 1.0,
+    sets: str = sets_phrase(INFOFLOW),
 ) -> Figure:
     """One token's row (default CLS) across layers: layer on y (0 at the bottom), s on x.
 
     score, membership: [L+1, T+1, T]; observed: bool [L+1, T+1, T] or None; instrument,
-    probe: named in the title and colour bar.
+    probe: named in the title and colour bar; sets: what ``membership`` is, in words.
     """
     layers, tokens, positions = score.shape
     token = tokens - 1 if token is None else token
@@ -236,7 +233,10 @@ def cls_across_layers(
     ax.set_xlabel("input position s")
     ax.set_ylabel("layer l")
     name = "CLS" if token == tokens - 1 else f"token {token}"
-    ax.set_title(f"{instrument_label(instrument, probe)}: {name}'s {score_name} of x(s) by layer")
+    ax.set_title(
+        f"{instrument_label(instrument, probe)}: {name}'s {score_name} of x(s) by layer, "
+        f"with {sets}"
+    )
     fig.colorbar(image, ax=ax, label=score_label(instrument, score_name, probe), extend="min")
     _overlay_legend(fig, ncol=1)
     return fig

@@ -18,6 +18,7 @@ from infoprobe.base.errors import UserError
 from infoprobe.compare import instruments
 from infoprobe.compare.crosstab import Crosstab
 from infoprobe.compare.observations import Observations, scope_masks
+from infoprobe.compare.predictors import INFOFLOW, YOUR_SETS, primary, sets_phrase
 from infoprobe.compare.scopes import SetComparison
 from infoprobe.compare.sources import Compared, Sources
 from infoprobe.infoflow import Architecture, predict
@@ -36,7 +37,8 @@ class ReportInputs:
 
     comparisons: instrument → predictor → :class:`~infoprobe.compare.scopes.SetComparison` (each
     holds its instrument's :class:`~infoprobe.compare.observations.Observations`, for figures);
-    InfoFlow is predictor "infoflow", the first instrument is the primary one.
+    the predicted sets are predictor ``infoflow`` (or ``your_sets`` for sets the user gave:
+    :mod:`infoprobe.compare.predictors`), the first instrument is the primary one.
     predicted: bool [L+1, n, T+1, T+1] InfoFlow sets, samples aligned with observations.
     rollout_sets: optional second predictor's sets [L+1, n, T+1, T+1] (per-sample view).
     table: flow × decodability per sample (:class:`~infoprobe.compare.crosstab.Crosstab`) or None.
@@ -78,10 +80,12 @@ class ReportInputs:
 
     def __post_init__(self) -> None:
         self.predicted = np.asarray(self.predicted)
-        if not self.comparisons or any("infoflow" not in c for c in self.comparisons.values()):
+        keys = {frozenset(c) & {INFOFLOW, YOUR_SETS} for c in (self.comparisons or {}).values()}
+        if not self.comparisons or len(keys) != 1 or len(next(iter(keys))) != 1:
             raise ReportInputError(
-                "comparisons: expected instrument → predictor → SetComparison with predictor "
-                f"'infoflow' for every instrument, got {_layout(self.comparisons)}"
+                "comparisons: expected instrument → predictor → SetComparison with one "
+                f"predictor '{INFOFLOW}' or '{YOUR_SETS}' for every instrument, got "
+                f"{_layout(self.comparisons)}"
             )
         layers, n, tokens, _ = self.predicted.shape
         if self.rollout_sets is not None and self.rollout_sets.shape != self.predicted.shape:
@@ -106,13 +110,23 @@ class ReportInputs:
             raise ReportInputError(f"pattern_samples: indices {bad} outside 0..{n - 1}")
 
     @property
+    def predictor(self) -> str:
+        """The predicted sets' key: ``infoflow``, or ``your_sets`` for the user's sets."""
+        return primary(next(iter(self.comparisons.values())))
+
+    @property
+    def sets_phrase(self) -> str:
+        """The predicted sets in a sentence: "InfoFlow's sets" or "your sets"."""
+        return sets_phrase(self.predictor)
+
+    @property
     def primary(self) -> SetComparison:
-        """InfoFlow against the first instrument."""
-        return next(iter(self.comparisons.values()))["infoflow"]
+        """The predicted sets against the first instrument."""
+        return next(iter(self.comparisons.values()))[self.predictor]
 
     def instruments(self) -> dict[str, Observations]:
         """Instrument name → its observations."""
-        return {k: v["infoflow"].observations for k, v in self.comparisons.items()}
+        return {k: v[self.predictor].observations for k, v in self.comparisons.items()}
 
     def sample_indices(self) -> list[int]:
         """Samples drawn in the per-sample view."""

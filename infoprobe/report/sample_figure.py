@@ -15,6 +15,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from infoprobe.compare.predictors import INFOFLOW, display_name, sets_phrase
 from infoprobe.report.figures import (
     AGREE_COLOR,
     MAX_FIGURE_WIDTH,
@@ -22,7 +23,6 @@ from infoprobe.report.figures import (
     PREDICTED_COLOR,
     VIOLATION_COLOR,
     axis_ticks,
-    display_name,
     instrument_label,
     token_labels,
 )
@@ -55,6 +55,7 @@ def sample_view(
     sample: int | None = None,
     extra_sets: Mapping[str, np.ndarray] | None = None,
     instrument: str = "flow",
+    predictor: str = INFOFLOW,
 ) -> Figure:
     """Predicted vs observed sets of one sample, beside the attention pattern of each head.
 
@@ -62,12 +63,14 @@ def sample_view(
     bool [L+1, T+1, T] or None; patterns: per block b, float [h_b, T+1, T+1] (query, key),
     drawn in the row of layer b+1 (the layer that block produces); extra_sets: other
     predictors' sets of this sample, name → bool [L+1, T+1, T+1], drawn like ``predicted``;
-    instrument: the one that observed ``observed`` (named in the titles).
+    instrument: the one that observed ``observed`` (named in the titles); predictor: whose
+    sets ``predicted`` are (``infoflow`` or ``your_sets``).
     Rows: layers 0..L; x = position s, y = token t.
     """
     layers, tokens, _ = predicted.shape
     positions = tokens - 1
-    set_columns: dict[str, np.ndarray] = {"predicted (InfoFlow)": predicted[..., :positions]}
+    who = display_name(predictor)
+    set_columns: dict[str, np.ndarray] = {f"predicted ({who})": predicted[..., :positions]}
     for name, sets in (extra_sets or {}).items():
         set_columns[f"predicted ({display_name(name)})"] = sets[..., :positions]
     max_heads = max((p.shape[0] for p in patterns), default=0) if layers > 1 else 0
@@ -77,7 +80,9 @@ def sample_view(
     fig = Figure(figsize=(ncols * panel + 0.8, layers * panel + 1.0), layout="constrained")
     axes = fig.subplots(layers, ncols, squeeze=False)
     for layer in range(layers):
-        col = _draw_set_row(axes[layer], layer, set_columns, predicted, observed, instrument)
+        col = _draw_set_row(
+            axes[layer], layer, set_columns, predicted, observed, f"{instrument} vs {who}"
+        )
         block = layer - 1
         for head in range(max_heads):
             image = _draw_head(axes[layer, col + head], patterns, block, head, tokens)
@@ -93,7 +98,7 @@ def sample_view(
     title = "one sample" if sample is None else f"sample {sample}"
     seen = "" if observed is None else f", observed by {instrument_label(instrument)}"
     fig.suptitle(
-        f"{title}: InfoFlow's predicted sets{seen}, per layer; attention patterns "
+        f"{title}: {sets_phrase(predictor)}{seen}, per layer; attention patterns "
         "(rows = query token, columns = key)"
     )
     return fig
@@ -105,10 +110,10 @@ def _draw_set_row(
     set_columns: Mapping[str, np.ndarray],
     predicted: np.ndarray,
     observed: np.ndarray | None,
-    instrument: str = "flow",
+    observed_title: str = "flow vs InfoFlow",
 ) -> int:
-    """One layer's set panels (each predictor, then observed vs InfoFlow) in the axes
-    ``row``; returns the number of columns drawn."""
+    """One layer's set panels (each predictor, then the observed set against the predicted
+    one, titled ``observed_title``) in the axes ``row``; returns the number of columns drawn."""
     tokens = predicted.shape[1]
     positions = tokens - 1
     col = 0
@@ -121,7 +126,7 @@ def _draw_set_row(
         ax = row[col]
         codes = set_agreement_codes(predicted[layer, :, :positions], observed[layer])
         _set_panel(ax, codes, SET_VIEW_CMAP, 3)
-        ax.set_title(f"{instrument} vs InfoFlow", fontsize=9)
+        ax.set_title(observed_title, fontsize=9)
         col += 1
     labels = token_labels(tokens)
     for ax in row[:col]:

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from infoprobe.report.figures import display_name, file_stem
+from infoprobe.compare.predictors import INFOFLOW, display_name, sets_phrase
+from infoprobe.report.figures import file_stem
 from infoprobe.report.html import figure_html, page
 from infoprobe.report.tables import (
     AGGREGATE_COLUMNS,
@@ -191,12 +192,14 @@ def render_html(summary: Summary, figures: Pngs) -> str:
 
 
 def headline_section(summary: Summary) -> list[str]:
-    """Each instrument's AUROC against InfoFlow's sets, one line each."""
+    """Each instrument's AUROC against the predicted sets (InfoFlow's or yours), one line
+    each."""
     if not summary.get("headline"):
         return []
     items = "".join(f"<li>{escape(v)}</li>" for v in summary["headline"])
+    sets = sets_phrase((summary.get("answer") or {}).get("predictor", INFOFLOW))
     return [
-        "<h2>Headline</h2><p>Each instrument's AUROC against InfoFlow's sets (own "
+        f"<h2>Headline</h2><p>Each instrument's AUROC against {sets} (own "
         f"positions left out; controls in brackets).{_within_model(summary)}</p>"
         f"<ul class='verdicts'>{items}</ul>"
     ]

@@ -15,6 +15,7 @@ from infoprobe.base import formats
 from infoprobe.base.header import make_header
 from infoprobe.base.jsonable import jsonable
 from infoprobe.compare.instruments import probe_family_of
+from infoprobe.compare.predictors import INFOFLOW, display_name, sets_phrase
 from infoprobe.compare.scopes import CAVEAT, SetComparison
 from infoprobe.compare.verdicts import interval_text
 from infoprobe.report import answer
@@ -85,14 +86,15 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
     control; where the primary instrument's violations come from; what the fixed
     per-sample thresholds pass; InfoFlow's verdict and exponent; the headline in words."""
     controls = {c: name for name, obs in inputs.instruments().items() if (c := obs.control_of)}
+    predictor = inputs.predictor
     n_layer_axis = inputs.predicted.shape[0]
     layers = answer_layers(inputs)
     instruments: dict[str, Any] = {}
     for name, by_predictor in inputs.comparisons.items():
-        obs = by_predictor["infoflow"].observations
+        obs = by_predictor[predictor].observations
         if obs.control_of is not None:
             continue
-        control = inputs.comparisons.get(controls.get(name, ""), {}).get("infoflow")
+        control = inputs.comparisons.get(controls.get(name, ""), {}).get(predictor)
         check = answer.threshold_check(obs, inputs.predicted)
         by_layer = range(n_layer_axis)
         entry: dict[str, Any] = {
@@ -115,7 +117,7 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
             "threshold_lines": [],
         }
         if check is not None:
-            ours = by_predictor["infoflow"]
+            ours = by_predictor[predictor]
             entry["threshold_lines"] = [
                 answer.threshold_line(
                     check, layer, ours.auroc(layer), obs.word, ours.auroc_interval(layer)
@@ -129,6 +131,7 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
     return jsonable(
         {
             "primary": primary,
+            "predictor": predictor,
             "layers": layers,
             "exponent": None if inputs.exponent is None else dict(inputs.exponent),
             "verdict": exponent_text(inputs.exponent),
@@ -136,12 +139,14 @@ def build_answer(inputs: ReportInputs) -> dict[str, Any]:
             "violations": None if sources is None else sources.to_dict(),
             "violation_lines": []
             if sources is None
-            else answer.violation_lines(sources, heads_dict(inputs), word),
-            "lines": _answer_lines(instruments.get(primary), layers),
+            else answer.violation_lines(sources, heads_dict(inputs), word, predictor),
+            "lines": _answer_lines(instruments.get(primary), layers, predictor),
             "decodability_lines": []
             if primary == "decodability"
-            else _answer_lines(instruments.get("decodability"), layers, _beside(instruments)),
-            "rollout_lines": _rollout_lines(instruments.get(primary), layers),
+            else _answer_lines(
+                instruments.get("decodability"), layers, predictor, _beside(instruments)
+            ),
+            "rollout_lines": _rollout_lines(instruments.get(primary), layers, predictor),
         }
     )
 
@@ -154,16 +159,17 @@ def _beside(instruments: Mapping[str, Any]) -> dict[str, Any]:
 def _answer_lines(
     entry: Mapping[str, Any] | None,
     layers: Sequence[int],
+    predictor: str = INFOFLOW,
     beside: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
-    """One sentence per layer: AUROC of InfoFlow, its control, rollout and the probes
-    ``beside`` (family → entry), violation rates."""
+    """One sentence per layer: AUROC against the ``predictor``'s sets, its control, rollout
+    and the probes ``beside`` (family → entry), violation rates."""
     if entry is None:
         return []
     out = []
     for layer in layers:
         ci = entry.get("auroc_interval") or {}
-        auroc = _num(entry["auroc"]["infoflow"][layer], _at(ci.get("infoflow"), layer))
+        auroc = _num(entry["auroc"][predictor][layer], _at(ci.get(predictor), layer))
         extra = []
         if entry["control_auroc"] is not None:
             control_ci = _at(entry.get("control_auroc_interval"), layer)
@@ -172,13 +178,14 @@ def _answer_lines(
             rollout = _num(entry["auroc"]["rollout"][layer], _at(ci.get("rollout"), layer))
             extra.append(f"attention rollout {rollout}")
         for family, other in (beside or {}).items():
-            ci_other = _at((other.get("auroc_interval") or {}).get("infoflow"), layer)
-            extra.append(f"{family} probe {_num(other['auroc']['infoflow'][layer], ci_other)}")
+            ci_other = _at((other.get("auroc_interval") or {}).get(predictor), layer)
+            extra.append(f"{family} probe {_num(other['auroc'][predictor][layer], ci_other)}")
         text = (
-            f"layer {layer}: {entry['label']} ranks InfoFlow's predicted positions above "
+            f"layer {layer}: {entry['label']} ranks the positions in {sets_phrase(predictor)} "
+            "above "
             f"the others with AUROC {auroc}" + (f" ({'; '.join(extra)})" if extra else "")
         )
-        rate = entry["violation_rate"]["infoflow"][layer]
+        rate = entry["violation_rate"][predictor][layer]
         if rate is not None:
             text += f"; violation rate {_pct(rate)}"
             if "rollout" in entry["violation_rate"]:
@@ -187,21 +194,24 @@ def _answer_lines(
     return out
 
 
-def _rollout_lines(entry: Mapping[str, Any] | None, layers: Sequence[int]) -> list[str]:
+def _rollout_lines(
+    entry: Mapping[str, Any] | None, layers: Sequence[int], predictor: str = INFOFLOW
+) -> list[str]:
     """Per layer, which predictor fits the primary instrument better, in numbers."""
     if entry is None or "rollout" not in entry["auroc"]:
         return []
     out = []
     for layer in layers:
-        ours, theirs = entry["auroc"]["infoflow"][layer], entry["auroc"]["rollout"][layer]
+        ours, theirs = entry["auroc"][predictor][layer], entry["auroc"]["rollout"][layer]
         if ours is None or theirs is None or not (np.isfinite(ours) and np.isfinite(theirs)):
             continue
-        better = "rollout" if theirs > ours else "InfoFlow" if ours > theirs else "neither"
+        name = display_name(predictor)
+        better = "rollout" if theirs > ours else name if ours > theirs else "neither"
         rates = entry["violation_rate"]
         out.append(
             f"layer {layer}: AUROC {_num(theirs)} for attention rollout against {_num(ours)} "
-            f"for InfoFlow, violation rate {_pct(rates['rollout'][layer])} against "
-            f"{_pct(rates['infoflow'][layer])}: {better} fits {entry['label']} better"
+            f"for {name}, violation rate {_pct(rates['rollout'][layer])} against "
+            f"{_pct(rates[predictor][layer])}: {better} fits {entry['label']} better"
         )
     return out
 

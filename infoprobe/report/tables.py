@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any, Literal
 
-from infoprobe.report.figures import display_name
+from infoprobe.compare.predictors import INFOFLOW, display_name
 
 CellKind = Literal["count", "rate", "auroc", "nmse", "text"]
 
@@ -278,16 +278,19 @@ def notes_table(summary: Mapping[str, Any]) -> str:
 
 
 def answer_table(summary: Mapping[str, Any], instrument: str) -> str:
-    """Per answer layer: AUROC of InfoFlow, of InfoFlow on the control, of rollout, and
-    the violation rates, each cell keyed into ``answer/instruments/<instrument>``."""
+    """Per answer layer: AUROC of the predicted sets (InfoFlow's or yours), of the same on
+    the control, of rollout, and the violation rates, each cell keyed into
+    ``answer/instruments/<instrument>``."""
     entry = summary["answer"]["instruments"][instrument]
     prefix = f"answer/instruments/{instrument}"
-    columns: list[tuple[str, str, CellKind]] = [("AUROC · InfoFlow", "auroc/infoflow", "auroc")]
+    key = summary["answer"].get("predictor", INFOFLOW)
+    name = display_name(key)
+    columns: list[tuple[str, str, CellKind]] = [(f"AUROC · {name}", f"auroc/{key}", "auroc")]
     if entry.get("control_auroc") is not None:
-        columns.append(("AUROC · InfoFlow on random-init", "control_auroc", "auroc"))
+        columns.append((f"AUROC · {name} on random-init", "control_auroc", "auroc"))
     if "rollout" in entry["auroc"]:
         columns.append(("AUROC · attention rollout", "auroc/rollout", "auroc"))
-    columns.append(("violation rate · InfoFlow", "violation_rate/infoflow", "rate"))
+    columns.append((f"violation rate · {name}", f"violation_rate/{key}", "rate"))
     if "rollout" in entry["violation_rate"]:
         columns.append(("violation rate · attention rollout", "violation_rate/rollout", "rate"))
     rows = []
