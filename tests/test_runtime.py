@@ -13,7 +13,7 @@ from infoprobe.base.runtime import Runtime, default_threads, free_cores
 from infoprobe.cli import build_parser, main
 from infoprobe.commands import COMMANDS
 
-READ_ONLY = {"sets", "spread"}
+READ_ONLY = {"sets"}
 """Commands that read and write files but compute with no array library."""
 TORCH_COMMANDS = {
     "demo", "run", "probe-checkpoint", "train", "cache", "probe", "influence", "reproduce"

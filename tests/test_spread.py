@@ -19,6 +19,7 @@ from quick_reports import blank_figures
 from test_bad_input import assert_refused, run_command
 
 from infoprobe.base.header import make_header
+from infoprobe.cli import main
 from infoprobe.compare.spread import METRICS, RULE, seed_spread
 from infoprobe.compare.spread_runs import SpreadError
 from infoprobe.model import ModelConfig
@@ -205,7 +206,7 @@ def test_one_run_a_missing_file_and_the_same_model_twice_are_refused(
     runs, tmp_path, monkeypatch, capsys
 ):
     out = str(tmp_path / "spread.json")
-    assert_refused(monkeypatch, capsys, tmp_path, "spread", [str(runs[0]), "--out", out],
+    assert_refused(monkeypatch, capsys, tmp_path, "spread", [str(runs[1]), "--out", out],
                    ["2 or more runs", "got 1"])  # fmt: skip
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -216,6 +217,34 @@ def test_one_run_a_missing_file_and_the_same_model_twice_are_refused(
     twice = _copy(runs[0], tmp_path / "again")
     assert_refused(monkeypatch, capsys, tmp_path, "spread", [str(runs[0]), str(twice), "--out",
                    out], ["checkpoint_sha256", "the same trained model"])  # fmt: skip
+
+
+def test_one_command_spreads_every_seed_whichever_trained_best(runs, tmp_path, capsys):
+    """The README's chain as printed, `infoprobe run ... --seeds 0,1,2 --out RUN` (the
+    fixture's run) then `infoprobe spread RUN`: the other seeds are analysed alike and the
+    spread is over every seed, equal to probing each seed by hand and giving the folders."""
+    run = tmp_path / "RUN"
+    shutil.copytree(runs[0], run)
+    best = json.loads((run / "seeds" / "summary.json").read_text())["best_seed"]
+    assert best != 0, "precondition: seed 0 must not be the best (the old chain's case)"
+    out = tmp_path / "spread.json"
+    argv = ["spread", str(run), "--threads", "1", "--quiet", "--out", str(out)]
+    with blank_figures():
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    auto = json.loads(out.read_text())
+    assert sorted(r["seed"] for r in auto["runs"]) == list(SEEDS)
+    assert auto["runs"][0]["folder"] == str(run)  # the best seed's analysis is RUN's own
+    by_hand = seed_spread(runs).to_dict()
+    assert auto["instruments"] == by_hand["instruments"]
+    assert [r["seed"] for r in auto["runs"]] == [r["seed"] for r in by_hand["runs"]]
+    for seed in (s for s in SEEDS if s != best):
+        assert (run / "seeds" / "analysis" / f"seed-{seed}" / "comparison.json").is_file()
+        assert f"seed {seed}" in printed
+    # run again: every seed's analysis is kept (resumable), the numbers are the same
+    with blank_figures():
+        assert main([*argv, "--overwrite"]) == 0
+    assert json.loads(out.read_text())["instruments"] == auto["instruments"]
 
 
 # The pure function on synthetic comparison files: partly undefined layers.

@@ -35,6 +35,7 @@ from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_tas
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.pipeline.folder import RunFolder, RunFolderError, RunStage, key_sha
 from infoprobe.pipeline.inputs import read_inputs
+from infoprobe.pipeline.seed_analyses import SEEDS_FOLDER, record_analysis
 from infoprobe.pipeline.settings import RunSettings, check_sites
 from infoprobe.pipeline.stages import DataFiles, analysis_stages
 from infoprobe.pipeline.summary import RunSummary, run_summary
@@ -43,9 +44,6 @@ from infoprobe.train.budget import Resume
 from infoprobe.train.config import NonFiniteLossError, TrainConfig
 from infoprobe.train.save import train_and_save
 from infoprobe.train.seeds import differing_settings, seed_dir, train_seeds
-
-SEEDS_FOLDER = "seeds"
-"""Where ``run_pipeline(..., seeds=...)`` keeps every seed's checkpoint."""
 
 
 def _train_stage(
@@ -137,6 +135,7 @@ def run_pipeline(
     folder.run([train_stage, *analysis_stages(folder, ckpt_dir, ckpt_key, settings)])
     summary = run_summary(folder, ckpt_dir)
     if seeds is not None:
+        record_analysis(folder.path, settings)  # `infoprobe spread RUN` analyses the others alike
         members = json.loads((folder.path / SEEDS_FOLDER / "summary.json").read_text())["members"]
         summary.seed_val_nmse = {int(s): m["val_nmse"] for s, m in members.items() if m}
     return summary

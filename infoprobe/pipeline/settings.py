@@ -106,6 +106,17 @@ class RunSettings:
         out["influence"] = self.influence.to_dict()
         return out
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSettings:
+        """The settings :meth:`to_dict` wrote (validated again, as on construction)."""
+        if not isinstance(d, dict) or not isinstance(d.get("influence"), dict):
+            raise RunFolderError(f"run settings: expected an object with 'influence', got {d!r}")
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise RunFolderError(f"run settings: unknown field(s) {unknown}")
+        return cls(**{**d, "influence": InfluenceSettings.from_dict(d["influence"])})
+
 
 def check_sites(hook_names: Sequence[str], n_blocks: int, sites: str) -> list[str]:
     """The hook names ``sites`` selects among a model's ``hook_names``, checked before any
