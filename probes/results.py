@@ -62,6 +62,8 @@ SCHEMA_VERSION = 4
 the scores were computed on. 2: the common header (``created`` in UTC ``...Z``, root
 ``axes``) and labelled dimensions. Schema 1 and 2 files are still read (without the two
 hashes; a comparison refuses them), and schema 3 files."""
+ROWS_HASHED = 3
+"""The first schema whose files always record ``test_index_sha256``."""
 REQUIRED_ATTRS = ("T", "d", "layers", "sites", "settings", "thresholds", "provenance")
 JSON_ATTRS = {"sites": list, "settings": dict, "thresholds": dict, "provenance": dict}
 SCORE_AXES = {"positions": ("layer", "token", "position"), "roles": ("layer", "token", "role")}
@@ -216,9 +218,9 @@ class ProbeResults:
                     f"{p}: attribute 'schema_version' and group '/scores' expected "
                     "(an infoprobe results file), not found"
                 )
-            check_header(f.attrs, p, fmt=FORMAT, readable=range(1, SCHEMA_VERSION + 1),
-                         error=ResultsFileError, what="root attribute")  # fmt: skip
-            res = _read_fields(f, p)
+            version = check_header(f.attrs, p, fmt=FORMAT, readable=range(1, SCHEMA_VERSION + 1),
+                                   error=ResultsFileError, what="root attribute")  # fmt: skip
+            res = _read_fields(f, p, version)
         res.check_shapes(p)
         return res
 
@@ -312,7 +314,7 @@ def _int_list(value: Any) -> list[int] | None:
     return [int(v) for v in items]
 
 
-def _read_fields(f: h5py.File, p: Path) -> ProbeResults:
+def _read_fields(f: h5py.File, p: Path, version: int) -> ProbeResults:
     """Every field of an open results file, each checked for presence and type."""
     missing = [a for a in REQUIRED_ATTRS if a not in f.attrs]
     missing += [f"/{d}" for d in ("split/test_index", "roles/names") if d not in f]
@@ -340,6 +342,12 @@ def _read_fields(f: h5py.File, p: Path) -> ProbeResults:
             "expected int64 [sample] of cache rows >= 0"
         )
     recorded = plain_attr(f.attrs.get("test_index_sha256"))
+    if recorded is None and version >= ROWS_HASHED:  # a missing hash is a mismatch
+        raise ResultsFileError(
+            f"{p}: attribute 'test_index_sha256' is missing (a file of schema {version} always "
+            "has it: the rows the scores were computed on): the file was edited; re-run "
+            "`infoprobe probe`"
+        )
     if recorded is not None and recorded != rows_sha256(test_index):
         raise ResultsFileError(
             f"{p}: dataset /split/test_index does not match attribute 'test_index_sha256' (the "

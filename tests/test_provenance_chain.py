@@ -214,6 +214,20 @@ def test_a_shifted_test_index_is_refused(runs, monkeypatch, capsys, tmp_path):
     refused(monkeypatch, capsys, "compare", argv, ["test_index", "re-run `infoprobe probe`"])
 
 
+def test_a_missing_rows_hash_counts_as_a_mismatch(runs, monkeypatch, capsys, tmp_path):
+    """The test rows shifted and their hash deleted: a missing integrity field is not a
+    pass, the file is refused as edited (a schema-4 file always has the hash)."""
+
+    def shift_and_hide(f):
+        rows = f["split/test_index"][()]
+        f["split/test_index"][...] = rows + 1
+        del f.attrs["test_index_sha256"]
+
+    path = edited_probes(runs, tmp_path, shift_and_hide)
+    argv = [str(runs / "A" / "pred.h5"), str(path)]
+    refused(monkeypatch, capsys, "compare", argv, ["'test_index_sha256' is missing", "edited"])
+
+
 def test_probe_results_record_the_hash_of_their_rows_and_inputs(runs):
     from infoprobe.hooks import open_cache
     from infoprobe.infoflow.store import inputs_hash

@@ -133,12 +133,29 @@ def test_a_state_of_another_schema_or_not_a_state_is_refused(monkeypatch, capsys
     state.write_bytes(b"not a state at all")
     words = ["not a readable training state", "--restart"]
     one_line_refusal(monkeypatch, capsys, "train", [*TRAIN[1:], "--out", str(out)], words)
+    # --restart removes only a file that is provably a state: the user's file is kept
+    words = ["not a training state", "refusing to delete it"]
+    argv = [*TRAIN[1:], "--out", str(out), "--restart"]
+    one_line_refusal(monkeypatch, capsys, "train", argv, words)
+    assert state.read_bytes() == b"not a state at all"
+    state.unlink()
     monkeypatch.setattr(state_module, "SCHEMA_VERSION", 99)
-    assert main([*TRAIN, "--out", str(out), "--budget-minutes", "0", "--restart"]) == BUDGET_EXIT
+    assert main([*TRAIN, "--out", str(out), "--budget-minutes", "0"]) == BUDGET_EXIT
     monkeypatch.undo()
     capsys.readouterr()
     words = ["'schema_version' is '99'", "expected '1'"]
     one_line_refusal(monkeypatch, capsys, "train", [*TRAIN[1:], "--out", str(out)], words)
+
+
+def test_a_fifo_at_the_state_path_is_refused_and_kept(monkeypatch, capsys, tmp_path):
+    """A FIFO (or any file that is not a regular file) where the state would go is neither
+    read nor replaced nor removed, with or without --restart."""
+    out, state = tmp_path / "run", tmp_path / "run.state.safetensors"
+    os.mkfifo(state)
+    for extra in ([], ["--restart"]):
+        argv = [*TRAIN[1:], "--out", str(out), *extra]
+        one_line_refusal(monkeypatch, capsys, "train", argv, ["not a"])
+        assert state.is_fifo() and not out.exists()
 
 
 def test_a_half_written_state_never_replaces_the_last_good_one(

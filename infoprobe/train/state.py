@@ -47,6 +47,28 @@ class StateMismatchError(UserError):
     """A state file was written by a run with other settings, or is not a state."""
 
 
+MAX_HEADER = 100 << 20
+"""The largest safetensors header read when telling whether a file is a state."""
+
+
+def is_state_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file (not a link) whose safetensors header names this
+    format: read as bytes and JSON, nothing of it executed, no tensor loaded."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 0 < size <= MAX_HEADER:
+                return False
+            header = json.loads(f.read(size))
+    except (OSError, ValueError):
+        return False
+    metadata = header.get("__metadata__") if isinstance(header, dict) else None
+    return isinstance(metadata, dict) and metadata.get("format") == FORMAT
+
+
 def state_path(output: str | os.PathLike) -> Path:
     """Where the state of a run writing ``output`` lies: ``OUTPUT.state.safetensors``."""
     output = Path(output)
@@ -99,8 +121,13 @@ class StateFile:
         if self.resume.restart:
             self.remove()
             return None
-        if not self.path.is_file():
+        if not os.path.lexists(self.path):
             return None
+        if not self.path.is_file():  # a FIFO, a device, a folder, a dangling link
+            raise StateMismatchError(
+                f"{self.path}: not a regular file, so not a training state; move it away "
+                "(infoprobe replaces or removes only its own states)"
+            )
         try:
             with safe_open(str(self.path), framework="pt") as f:
                 metadata = f.metadata() or {}
@@ -156,7 +183,16 @@ class StateFile:
                 raise
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        """Remove the state: only a file that is provably one (:func:`is_state_file`);
+        anything else at its path is refused, never deleted."""
+        if not os.path.lexists(self.path):
+            return
+        if not is_state_file(self.path):
+            raise StateMismatchError(
+                f"{self.path}: not a training state (no {FORMAT!r} header): refusing to "
+                "delete it; move it away and run the command again"
+            )
+        self.path.unlink()
 
     def stop(self, done: int, steps: int) -> None:
         """Raise :class:`BudgetStop` when the budget is spent (after a state was written)."""
