@@ -145,6 +145,32 @@ def test_other_bad_inputs_are_one_line(monkeypatch, capsys, tmp_path, files):
     assert not (tmp_path / "acts.h5").exists() and not (tmp_path / "a.h5").exists()
 
 
+def test_inputs_whose_data_lie_in_other_files_are_refused(monkeypatch, capsys, tmp_path, files):
+    """An HDF5 'x' that is an external link, a soft link or a virtual dataset: its data lie
+    elsewhere (missing, or changing without the inputs' hash seeing it), so it is refused
+    in one line before anything is written."""
+    _, ckpt, x = files
+    source = tmp_path / "source.h5"
+    with h5py.File(source, "w") as f:
+        f["x"] = x
+    linked, soft, virtual = (tmp_path / n for n in ("linked.h5", "soft.h5", "virtual.h5"))
+    with h5py.File(linked, "w") as f:
+        f["x"] = h5py.ExternalLink(str(source), "x")
+    with h5py.File(soft, "w") as f:
+        f["data"] = x
+        f["x"] = h5py.SoftLink("/data")
+    layout = h5py.VirtualLayout(shape=x.shape, dtype=x.dtype)
+    layout[:] = h5py.VirtualSource(str(tmp_path / "gone.h5"), "x", shape=x.shape)
+    with h5py.File(virtual, "w") as f:
+        f.create_virtual_dataset("x", layout, fillvalue=0.0)
+    out = tmp_path / "acts.h5"
+    for path, words in ((linked, ["is a link", "ExternalLink"]), (soft, ["is a link"]),
+                        (virtual, ["virtual dataset"])):  # fmt: skip
+        argv = [str(ckpt), "--inputs", str(path), "--out", str(out), "--trust-code"]
+        one_line_refusal(monkeypatch, capsys, "cache", argv, [str(path), *words])
+        assert not out.exists()
+
+
 def test_predict_names_why_a_cache_of_file_inputs_has_no_predicted_sets(
     monkeypatch, capsys, tmp_path, files
 ):

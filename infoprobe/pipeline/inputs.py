@@ -48,8 +48,21 @@ def read_array(path: str | os.PathLike, name: str) -> np.ndarray:
             return np.load(path, allow_pickle=False)
         if suffix in (".h5", ".hdf5"):
             with h5py.File(path, "r") as f:
+                link = f.get(name, getlink=True)
+                if isinstance(link, h5py.ExternalLink | h5py.SoftLink):
+                    raise InputsError(
+                        f"{path}: dataset {name!r} is a link ({type(link).__name__} to "
+                        f"{getattr(link, 'filename', '')}{link.path}): its data lie elsewhere, "
+                        "unhashed; store the array itself in the file"
+                    )
                 if name not in f or not isinstance(f[name], h5py.Dataset):
                     raise InputsError(f"{path}: no dataset {name!r} (it holds {sorted(f)})")
+                if f[name].is_virtual:
+                    raise InputsError(
+                        f"{path}: dataset {name!r} is a virtual dataset (its data lie in other "
+                        "files, which may be missing or change unhashed); store the array "
+                        "itself in the file"
+                    )
                 return f[name][()]
         if suffix == ".safetensors":
             from safetensors.numpy import load_file
