@@ -268,12 +268,12 @@ def test_the_critics_random_init_control_is_per_sample_on_the_same_test_samples(
         "decodability (linear probe)",
     ]
     compared = compare_sources(sources).comparisons
-    auroc = {name: c["infoflow"].auroc(1) for name, c in compared.items()}
+    auroc = {name: c["your_sets"].auroc(1) for name, c in compared.items()}
     print(f"\nlayer 1 AUROC against the true sets: {auroc}")
     assert auroc["decodability"] >= 0.95
     assert auroc["decodability (random-init)"] < auroc["decodability"] - 0.3
     alone = compare_sources(load_sources(paths["pred"], paths["linear"])).comparisons
-    assert auroc["decodability (linear probe)"] == alone["decodability"]["infoflow"].auroc(1)
+    assert auroc["decodability (linear probe)"] == alone["decodability"]["your_sets"].auroc(1)
     headline = compare_sources(sources).headline()[1]
     assert headline.startswith("layer 1: decodability (critic probe) AUROC")
     assert "(random-init " in headline and "decodability (linear probe) AUROC" in headline

@@ -303,6 +303,7 @@ def test_a_factory_module_beside_the_checkpoint_is_found(handset_checkpoint, tmp
     """``beside:build`` is on no path but lies next to checkpoint.json (as a user ships it)."""
     source = (Path(__file__).parent / "foreign_models.py").read_text()
     ckpt = edited(handset_checkpoint, tmp_path, factory="beside_models:build")
+    (ckpt / "foreign_models.py").unlink()  # the folder ships its own module alone
     (ckpt / "beside_models.py").write_text(source)
     acts = tmp_path / "acts.h5"
     assert (
@@ -356,13 +357,16 @@ def test_a_hooked_root_module_with_transformer_lens_names_works_as_it_is(tmp_pat
 
 
 def edited(checkpoint, tmp_path, **fields):
-    """A copy of ``checkpoint`` with ``model_config`` fields replaced (weights unchanged)."""
+    """A copy of ``checkpoint`` (its code beside it too) with ``model_config`` fields
+    replaced (weights unchanged)."""
     dest = tmp_path / "edited"
     dest.mkdir()
     meta = json.loads((checkpoint / "checkpoint.json").read_text())
     meta["model_config"].update(fields)
     (dest / "checkpoint.json").write_text(json.dumps(meta))
     (dest / "model.safetensors").write_bytes((checkpoint / "model.safetensors").read_bytes())
+    for code in checkpoint.glob("*.py"):
+        (dest / code.name).write_bytes(code.read_bytes())
     return dest
 
 

@@ -20,6 +20,7 @@ from foreign_models import SITES, handset, handset_kwargs
 from test_bad_input import one_line_refusal, run_command, snapshot
 
 from infoprobe import load_checkpoint, save_checkpoint
+from infoprobe.base.errors import UserError
 from infoprobe.compare.sources import checkpoint_history
 from infoprobe.foreign import ForeignConfig
 from infoprobe.foreign.trust import UntrustedCodeError, locate_module, model_code_sha256
@@ -295,3 +296,68 @@ def test_a_checkpoint_of_a_newer_schema_is_refused_by_cache(
 def test_rates_on_a_missing_file_is_the_one_line_form(monkeypatch, capsys, tmp_path):
     line = one_line_refusal(monkeypatch, capsys, "rates", [str(tmp_path / "MISSING.json")])
     assert "no such file" in line and "Errno" not in line
+
+
+# --- with --trust-code, code outside the checkpoint folder: model classes only ------------
+
+
+def hostile_installed(tmp_path: Path) -> dict[str, tuple[dict, list[str]]]:
+    """Factories from installed packages, as a checkpoint of JSON alone would name them:
+    factory fields -> words of the refusal."""
+    pickle_path = tmp_path / "payload.pkl"
+    return {
+        "torch:load": (
+            {"factory": "torch:load", "kwargs": {"f": str(pickle_path), "weights_only": False}},
+            ["'torch:load'", "not in it", "refused before importing it"],
+        ),
+        "numpy:save": (
+            {"factory": "numpy:save", "kwargs": {"file": str(tmp_path / "x.npy"), "arr": 1}},
+            ["'numpy:save'", "must be a model class"],
+        ),
+        "tqdm.std:tqdm": (  # a class, but no model: refused once imported, never called
+            {"factory": "tqdm.std:tqdm", "kwargs": {}},
+            ["'tqdm.std:tqdm'", "nn.Module subclass", "refused before it is called"],
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", list(hostile_installed(Path())))
+def test_trust_reaches_the_folder_not_any_installed_function(
+    monkeypatch, capsys, tmp_path, true_checkpoint, name
+):
+    """--trust-code trusts the checkpoint folder's code: a function of an installed package
+    (torch:load on a pickle the JSON names) is refused before its module is imported, a
+    class that is not an nn.Module once imported; nothing of the user's changes."""
+    import pickle
+
+    fields, words = hostile_installed(tmp_path)[name]
+    marker = tmp_path / "unpickled.txt"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (tmp_path / "payload.pkl").write_bytes(pickle.dumps(Payload()))
+    ckpt = edited(true_checkpoint, tmp_path / "ckpt", **fields)
+    argv = argv_for("cache", ckpt, tmp_path, "--trust-code")
+    refused_untouched(monkeypatch, capsys, tmp_path, "cache", argv, words, watch=[marker])
+    with pytest.raises(UserError, match=r"model class|nn\.Module"):
+        load_checkpoint(ckpt, trust_code=True)
+    assert not marker.exists() and not (tmp_path / "x.npy").exists()
+
+
+def test_outside_the_folder_a_model_class_builds_and_a_function_does_not(true_checkpoint, tmp_path):
+    """The rule's two sides on one module outside the folder (tests/foreign_models.py, on
+    sys.path, no copy beside the edited checkpoint): its model class builds the model with
+    --trust-code, its function ``build`` is refused."""
+    import torch
+
+    ckpt = edited(true_checkpoint, tmp_path / "class", factory="foreign_models:PreLNTransformer")
+    assert not list(ckpt.glob("*.py"))
+    model = load_checkpoint(ckpt, trust_code=True).model
+    expected = handset(TASK.d).state_dict()
+    for name, tensor in model.wrapped.state_dict().items():
+        assert torch.equal(tensor, expected[name])
+    ckpt = edited(true_checkpoint, tmp_path / "function", factory="foreign_models:build")
+    with pytest.raises(UntrustedCodeError, match="must be a model class"):
+        load_checkpoint(ckpt, trust_code=True)

@@ -26,7 +26,12 @@ from transformer_lens import HookedRootModule
 from infoprobe.foreign.adapter import HookedAdapter, adapt
 from infoprobe.foreign.errors import ForeignModelError
 from infoprobe.foreign.sites import SiteMap
-from infoprobe.foreign.trust import check_defined_in, locate_module, same_file
+from infoprobe.foreign.trust import (
+    check_defined_in,
+    check_model_class,
+    locate_module,
+    same_file,
+)
 
 FACTORY = "factory"
 """The key that marks a ``model_config`` as a foreign model's."""
@@ -188,6 +193,7 @@ class ForeignConfig:
                 f"{module_name!r} has no function {function!r}"
             )
         check_defined_in(fn, self.factory)
+        check_model_class(fn, self.factory, expected, folder)
         return fn
 
     def local_file(self, folder: Path) -> Path:

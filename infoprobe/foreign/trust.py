@@ -14,6 +14,12 @@ Rules (docs/own-model.md, "Trust"):
   called with a stranger's kwargs can delete files as well as ``shutil.rmtree``);
 - a factory from the standard library or ``builtins`` is refused even with trust: no
   model is built by ``os:system``;
+- ``--trust-code`` trusts the checkpoint folder's code: a factory whose module file lies
+  in the folder (or has the bytes of a ``.py`` file in it, the copy ``save_checkpoint``
+  makes) may be any function or class defined there; a factory whose module lies
+  elsewhere (an installed package) must be a model class, an ``nn.Module`` subclass: a
+  function there (``torch:load``) is refused before its module is imported, a class that
+  is not a module after;
 - with trust, the named attribute must be a function or class defined in the named
   module's own package, not a re-export of another package's callable.
 """
@@ -128,9 +134,19 @@ def check_trusted(factory: str, folder: Path, where: str, *, trust_code: bool) -
             f"standard library ({module_name!r}), not a model factory; infoprobe never runs "
             "it, with or without --trust-code"
         )
-    if trust_code:
-        return
     path = locate_module(module_name, folder)
+    if trust_code:
+        attribute = factory.partition(":")[2]
+        if path is None or not path.is_file() or is_folder_code(path, folder):
+            return  # a module that cannot be found fails at import, naming it
+        if not defines_class(path, attribute):
+            raise UntrustedCodeError(
+                f"{where}: field 'model_config.factory' is {factory!r}: --trust-code trusts "
+                f"the checkpoint folder's code, and {path.resolve()} is not in it; a factory "
+                "outside the folder must be a model class (an nn.Module subclass), and "
+                f"{attribute!r} is no class defined there; refused before importing it"
+            )
+        return
     shown = (
         f"would import {path.resolve()} (SHA-256 {file_sha256(path)[:16]}…)"
         if path is not None and path.is_file()
@@ -141,6 +157,46 @@ def check_trusted(factory: str, folder: Path, where: str, *, trust_code: bool) -
         f"its code, which {shown}; infoprobe runs a checkpoint's code only when asked: "
         f"{TRUST_HINT}"
     )
+
+
+def is_folder_code(path: Path, folder: Path | None) -> bool:
+    """Whether the module file ``path`` is the checkpoint ``folder``'s code: it lies in the
+    folder, or has the bytes of a ``.py`` file in it."""
+    if folder is None:
+        return False
+    folder = Path(folder).resolve()
+    if path.resolve().is_relative_to(folder):
+        return True
+    return any(same_file(path, p) for p in folder.rglob("*.py") if p.is_file())
+
+
+def defines_class(path: Path, name: str) -> bool:
+    """Whether the module source ``path`` defines a class ``name`` at its top level, read
+    with ``ast`` (nothing of it run)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(isinstance(n, ast.ClassDef) and n.name == name for n in tree.body)
+
+
+def check_model_class(fn: object, factory: str, path: Path | None, folder: Path | None) -> None:
+    """Refuse, once imported and before it is called, a factory from outside the checkpoint
+    ``folder`` that is not a model class (an ``nn.Module`` subclass)."""
+    import inspect
+
+    from torch import nn
+
+    if folder is None or path is None or is_folder_code(path, folder):
+        return
+    if not (inspect.isclass(fn) and issubclass(fn, nn.Module)):
+        raise UntrustedCodeError(
+            f"foreign model_config field 'factory' {factory!r}: a factory outside the "
+            f"checkpoint folder must be a model class (an nn.Module subclass), found "
+            f"{type(fn).__name__}; refused before it is called"
+        )
 
 
 def check_defined_in(fn: object, factory: str) -> None:
