@@ -93,7 +93,7 @@ def headers(folder: Path) -> dict[Path, dict]:
 def test_the_doc_lists_a_vocabulary_and_every_format():
     assert {"sample", "layer", "token", "position", "d_model", "d_head"} <= doc_vocabulary()
     assert "pos" not in doc_vocabulary()
-    assert len(doc_formats()) == 12
+    assert len(doc_formats()) == 13
 
 
 def test_every_file_of_a_run_has_the_documented_header(run_dir):
@@ -101,8 +101,8 @@ def test_every_file_of_a_run_has_the_documented_header(run_dir):
     vocabulary, formats = doc_vocabulary(), doc_formats()
     found = headers(out)
     kinds = {h.get("format") for h in found.values()}
-    # cache, probes, flow, pred, comparison, run, checkpoint, seeds, report
-    assert len(found) >= 9 and len(kinds) == 9, sorted(map(str, kinds))
+    # cache, probes, flow, pred, comparison, run, checkpoint, seeds, seed analysis, report
+    assert len(found) >= 10 and len(kinds) == 10, sorted(map(str, kinds))
     for path, head in found.items():
         assert all(field in head for field in HEADER), (path, sorted(head))
         assert formats.get(head["format"]) == head["schema_version"], (path, head["format"])

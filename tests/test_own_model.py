@@ -299,7 +299,7 @@ def test_a_random_init_control_equal_to_the_trained_model_is_refused(
     assert main(argv) == 0 and out.is_file()
 
 
-def test_a_factory_module_beside_the_checkpoint_is_found(handset_checkpoint, tmp_path):
+def test_a_factory_module_beside_the_checkpoint_is_found(handset_checkpoint, tmp_path, capsys):
     """``beside:build`` is on no path but lies next to checkpoint.json (as a user ships it)."""
     source = (Path(__file__).parent / "foreign_models.py").read_text()
     ckpt = edited(handset_checkpoint, tmp_path, factory="beside_models:build")
@@ -320,6 +320,8 @@ def test_a_factory_module_beside_the_checkpoint_is_found(handset_checkpoint, tmp
     assert load_checkpoint(ckpt, trust_code=True).model_code_sha256 == expected
     with open_cache(acts) as cache:
         assert cache.provenance["model_code_sha256"] == expected
+    assert main(["cache", "info", str(acts)]) == 0  # the hash printed as it is, unquoted
+    assert f"model_code_sha256: {expected}\n" in capsys.readouterr().out
 
 
 def test_a_model_that_hides_its_attention_still_gets_every_other_instrument(tmp_path):

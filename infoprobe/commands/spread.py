@@ -70,7 +70,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from infoprobe.compare.spread import METRICS, PRINTED, seed_spread, write_spread
-    from infoprobe.pipeline.seed_analyses import analyse_seeds, is_seeds_run
+    from infoprobe.pipeline.run import analyse_seeds
+    from infoprobe.pipeline.seed_analyses import is_seeds_run
 
     runs = args.runs
     if len(runs) == 1 and is_seeds_run(runs[0]):

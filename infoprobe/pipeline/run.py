@@ -35,7 +35,13 @@ from infoprobe.checkpoint import load_checkpoint, read_checkpoint_meta, with_tas
 from infoprobe.model import InfoFlowTransformer, ModelConfig
 from infoprobe.pipeline.folder import RunFolder, RunFolderError, RunStage, key_sha
 from infoprobe.pipeline.inputs import read_inputs
-from infoprobe.pipeline.seed_analyses import SEEDS_FOLDER, record_analysis
+from infoprobe.pipeline.seed_analyses import (
+    ANALYSES_FOLDER,
+    SEEDS_FOLDER,
+    analysis_settings,
+    record_analysis,
+    seeds_to_analyse,
+)
 from infoprobe.pipeline.settings import RunSettings, check_sites
 from infoprobe.pipeline.stages import DataFiles, analysis_stages
 from infoprobe.pipeline.summary import RunSummary, run_summary
@@ -209,3 +215,26 @@ def probe_checkpoint(
     )
     folder.run([*stages, *analysis])
     return run_summary(folder, ckpt_dir)
+
+
+def analyse_seeds(
+    run: str | Path,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Analyse every seed of the ``run --seeds`` folder ``run`` that has no analysis yet,
+    with the best seed's settings; return every seed's folder, RUN (the best seed) first,
+    the others in seed order."""
+    run = Path(run)
+    seeds = run / SEEDS_FOLDER
+    others = seeds_to_analyse(run)
+    settings = analysis_settings(run)
+    folders = [run]
+    for seed in others:
+        out = seeds / ANALYSES_FOLDER / f"seed-{seed}"
+        if log is not None:
+            log(f"seed {seed}: analysing {seeds / f'seed-{seed}'} into {out}")
+        probe_checkpoint(seeds / f"seed-{seed}", out, settings, progress=progress, log=log)
+        folders.append(out)
+    return folders

@@ -3,7 +3,8 @@ is one command whichever seed trained best.
 
 ``infoprobe run ... --seeds S1,S2,.. --out RUN`` trains every seed (``RUN/seeds/seed-S``),
 analyses the best one in RUN itself and records the analysis settings in
-``RUN/seeds/analysis.json`` (:func:`record_analysis`). :func:`analyse_seeds` runs the same
+``RUN/seeds/analysis.json`` (:func:`record_analysis`).
+:func:`~infoprobe.pipeline.run.analyse_seeds` runs the same
 stages with the same settings on each other seed's checkpoint, into
 ``RUN/seeds/analysis/seed-S`` (resumable stage by stage, as ``probe-checkpoint``), and
 returns the folders of every seed, the best one's (RUN) first.
@@ -12,7 +13,6 @@ returns the folders of every seed, the best one's (RUN) first.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from infoprobe.base import formats
@@ -48,18 +48,24 @@ def is_seeds_run(path: str | Path) -> bool:
     return (Path(path) / SEEDS_FOLDER / "summary.json").is_file()
 
 
-def analyse_seeds(
-    run: str | Path,
-    *,
-    progress: bool = True,
-    log: Callable[[str], None] | None = None,
-) -> list[Path]:
-    """Analyse every seed of the ``run --seeds`` folder ``run`` that has no analysis yet,
-    with the best seed's settings; return every seed's folder, RUN (the best seed) first,
-    the others in seed order."""
-    from infoprobe.pipeline.run import probe_checkpoint
+def analysis_settings(run: Path) -> RunSettings:
+    """The settings ``run --seeds`` analysed its best seed with (``RUN/seeds/analysis.json``)."""
+    path = run / SEEDS_FOLDER / ANALYSIS
+    if not path.is_file():
+        raise UsageError(
+            f"{path}: missing: the folder was made before the analysis settings were "
+            "recorded; run the same `infoprobe run --seeds` command again (finished stages "
+            "are skipped) to record them"
+        )
+    document = read_json_object(path, UsageError)
+    check_header(document, path, fmt=formats.SEED_ANALYSIS,
+                 readable=range(1, SCHEMA_VERSION + 1), error=UsageError)  # fmt: skip
+    return RunSettings.from_dict(document.get("settings"))
 
-    run = Path(run)
+
+def seeds_to_analyse(run: Path) -> list[int]:
+    """The seeds of the ``run --seeds`` folder ``run`` other than the best, in seed order,
+    from ``RUN/seeds/summary.json``; a seed that did not finish training is refused."""
     seeds = run / SEEDS_FOLDER
     summary = read_json_object(seeds / "summary.json", UsageError)
     check_header(summary, seeds / "summary.json", fmt=formats.SEEDS,
@@ -77,29 +83,4 @@ def analyse_seeds(
             f"{run}: seed(s) {unfinished} did not finish training; run the same `infoprobe "
             "run --seeds` command to finish them first"
         )
-    settings = analysis_settings(run)
-    folders = [run]
-    for seed in sorted(int(s) for s in members):
-        if seed == best:
-            continue
-        out = seeds / ANALYSES_FOLDER / f"seed-{seed}"
-        if log is not None:
-            log(f"seed {seed}: analysing {seeds / f'seed-{seed}'} into {out}")
-        probe_checkpoint(seeds / f"seed-{seed}", out, settings, progress=progress, log=log)
-        folders.append(out)
-    return folders
-
-
-def analysis_settings(run: Path) -> RunSettings:
-    """The settings ``run --seeds`` analysed its best seed with (``RUN/seeds/analysis.json``)."""
-    path = run / SEEDS_FOLDER / ANALYSIS
-    if not path.is_file():
-        raise UsageError(
-            f"{path}: missing: the folder was made before the analysis settings were "
-            "recorded; run the same `infoprobe run --seeds` command again (finished stages "
-            "are skipped) to record them"
-        )
-    document = read_json_object(path, UsageError)
-    check_header(document, path, fmt=formats.SEED_ANALYSIS,
-                 readable=range(1, SCHEMA_VERSION + 1), error=UsageError)  # fmt: skip
-    return RunSettings.from_dict(document.get("settings"))
+    return sorted(int(s) for s in members if int(s) != best)
