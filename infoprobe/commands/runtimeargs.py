@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 
 from infoprobe.base.runtime import AUTO, Runtime
-from infoprobe.commands.argtypes import device, positive_int
+from infoprobe.commands.argtypes import positive_int
+from infoprobe.commands.settingsargs import DeviceSetting, add_settings_arguments
 
 THREADS_HELP = (
     "CPU threads (torch and BLAS): N, or auto to follow the cores other work leaves free "
@@ -31,13 +32,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, *, with_device: bool 
             "--threads", type=thread_count, default=None, metavar="N|auto", help=THREADS_HELP
         )
     if with_device and "--device" not in known:
-        parser.add_argument(
-            "--device",
-            type=device,
-            default="cpu",
-            metavar="DEV",
-            help="torch device (cpu, cuda, cuda:N or mps) (default: cpu)",
-        )
+        add_settings_arguments(parser, DeviceSetting)  # the one --device option
 
 
 def runtime_from_args(args: argparse.Namespace) -> Runtime:
