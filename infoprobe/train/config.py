@@ -196,3 +196,16 @@ def check_arguments(task: Task, model_cfg: ModelConfig, cfg: TrainConfig) -> Non
     for name, value, kind in (("model_cfg", model_cfg, ModelConfig), ("cfg", cfg, TrainConfig)):
         if not isinstance(value, kind):
             raise TypeError(f"{name}: expected a {kind.__name__}, got {type(value).__name__}")
+
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to 1 over ``cfg.warmup`` steps, then cosine decay to 0."""
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def is_eval_step(step: int, cfg: TrainConfig) -> bool:
+    """Whether 0-based ``step`` ends with a validation evaluation."""
+    return (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,6 +49,7 @@ from infoprobe.train.loop import (
 )
 from infoprobe.train.memory import check_memory_fits
 from infoprobe.train.state import StateFile, prefixed, restore_rngs, rng_document, unprefixed
+from infoprobe.train.state_check import check_group_state, check_rngs
 from infoprobe.train.threads import TrainingThreads
 
 BETAS, EPS = (0.9, 0.999), 1e-8
@@ -280,22 +282,29 @@ class Ensemble:
         }
         return tensors, document
 
-    def restore(self, saved: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> int:
-        """Put the group back where :meth:`state` left it; return the steps done."""
+    def restore(self, saved: tuple[dict[str, torch.Tensor], dict[str, Any]], path: Path) -> int:
+        """Put the group back where :meth:`state` left it (its state at ``path`` checked
+        first, :func:`~infoprobe.train.state_check.check_group_state`); return the steps
+        done."""
         tensors, document = saved
         seeds = [c.seed for c in self.cfgs]
-        if document["seeds"] != seeds:
+        if document.get("seeds") != seeds:
             raise EnsembleError(
                 f"the state holds the seeds {document['seeds']}, this group {seeds}; pass "
                 "--restart to start over"
             )
+        row = {k: v[0] for k, v in prefixed("buffer.", self.stack.buffers).items()}
+        row["flat"] = self.stack.flat[0].detach()
+        model = self.members[0].tracker.result.model
+        check_group_state(path, saved, row=row, weights=model.state_dict(), cfgs=self.cfgs)
         members = {m.index: m for m in self.members}
         self.active = []
         for row, entry in enumerate(document["active"]):
             member = members[int(entry["index"])]
             best = unprefixed(f"active.{row}.best.", tensors)
             member.tracker.restore(entry["tracker"], best)
-            restore_rngs(entry["rngs"], member.data.train_rng)
+            check_rngs(path, f"active[{row}].rngs", entry.get("rngs"),
+                       partial(restore_rngs, rng=member.data.train_rng))  # fmt: skip
             self.active.append(member)
         for index, entry in document["done"].items():
             member = members[int(index)]
@@ -410,7 +419,7 @@ def train_ensemble(
         model_cfgs = [model_cfgs] * len(cfgs)
     group = Ensemble(task, list(model_cfgs), cfgs, on_done=on_member_done, log=log)
     saved = state.load() if state is not None else None
-    first = 0 if saved is None else group.restore(saved)
+    first = 0 if saved is None else group.restore(saved, state.path)
     steps = max(c.steps for c in cfgs)
     desc = f"train {task.name} x{len(cfgs)}"
     bar = tqdm(range(first, steps), desc=desc, disable=not progress, mininterval=1.0,

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ from infoprobe.train.config import (
     TrainResult,
     check_arguments,
     check_task_fits,
+    is_eval_step,
+    lr_factor,
     torch_dtype,
 )
 from infoprobe.train.memory import check_memory_fits, eval_batch_size
@@ -42,6 +45,7 @@ from infoprobe.train.state import (
     rng_document,
     unprefixed,
 )
+from infoprobe.train.state_check import check_rngs, check_run_state
 from infoprobe.train.threads import TrainingThreads
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
@@ -74,14 +78,6 @@ def evaluate(
     pred = torch.cat([model(x[i : i + batch]) for i in range(0, len(x), batch)])
     model.train(was_training)
     return nmse(pred, y)
-
-
-def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up to 1 over ``cfg.warmup`` steps, then cosine decay to 0."""
-    if step < cfg.warmup:
-        return (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
 def new_model(task: Task, model_cfg: ModelConfig, cfg: TrainConfig) -> InfoFlowTransformer:
@@ -206,11 +202,6 @@ def compiled(fn: Callable, enabled: bool, what: str = "training step") -> Callab
     return call
 
 
-def is_eval_step(step: int, cfg: TrainConfig) -> bool:
-    """Whether 0-based ``step`` ends with a validation evaluation."""
-    return (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps
-
-
 class EvalTracker:
     """One run's evaluation bookkeeping: history, best validation NMSE and the best
     state, early stopping (``cfg.patience``)."""
@@ -321,16 +312,20 @@ def restore_run(
     sched: torch.optim.lr_scheduler.LRScheduler,
     tracker: EvalTracker,
     rng: np.random.Generator,
+    path: Path,
 ) -> tuple[int, float]:
-    """Put a run back where :func:`run_state` left it; return (steps done, seconds)."""
+    """Put a run back where :func:`run_state` left it (its state at ``path`` checked
+    first, :func:`~infoprobe.train.state_check.check_run_state`); return (steps done,
+    seconds)."""
+    step = check_run_state(path, saved, model, opt, sched, tracker.cfg)
     tensors, document = saved
+    check_rngs(path, "rngs", document.get("rngs"), partial(restore_rngs, rng=rng))
     model.load_state_dict(unprefixed("model.", tensors))
     restore_optimiser(opt, tensors, document["optimiser"])
     sched.load_state_dict(document["scheduler"])
     tracker.restore(document["tracker"], unprefixed("best.", tensors))
-    restore_rngs(document["rngs"], rng)
     torch.set_rng_state(tensors["rng.torch"])
-    return int(document["step"]), float(document["seconds"])
+    return step, float(document["seconds"])
 
 
 def train(
@@ -366,7 +361,7 @@ def train(
     first, spent = (
         (0, 0.0)
         if saved is None
-        else restore_run(saved, model, opt, sched, tracker, data.train_rng)
+        else restore_run(saved, model, opt, sched, tracker, data.train_rng, state.path)
     )
     start = time.perf_counter() - spent
     bar = tqdm(range(first, cfg.steps), desc=f"train {task.name}", disable=not progress,
