@@ -38,7 +38,7 @@ Standardisation and memory-bounded chunking over all cells live in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import einops
@@ -76,9 +76,11 @@ def minibatch_permutations(n_train: int, seed: int) -> Iterator[torch.Tensor]:
         yield torch.randperm(n_train, generator=generator)
 
 
-def cell_generator(seed: int, cell: int) -> torch.Generator:
-    """The CPU generator that draws the initial weights of cell ``cell``."""
-    state = np.random.SeedSequence([int(seed), int(cell)]).generate_state(1, dtype=np.uint64)[0]
+def cell_generator(seed: int, cell: int | tuple[int, int]) -> torch.Generator:
+    """The CPU generator that draws the initial weights of cell ``cell``: an index c (its
+    first start), or (c, r) for its start r >= 1 (a restart of a failed fit)."""
+    key = [int(k) for k in (cell if isinstance(cell, tuple) else (cell,))]
+    state = np.random.SeedSequence([int(seed), *key]).generate_state(1, dtype=np.uint64)[0]
     return torch.Generator().manual_seed(int(state) & (2**63 - 1))
 
 
@@ -160,7 +162,7 @@ class BatchedProbes(nn.Module):
 
 def init_params(
     module: nn.Module,
-    cells: range,
+    cells: Sequence[int | tuple[int, int]],
     shapes: dict[str, tuple[int, ...]],
     fan_in: dict[str, int | None],
     seed: int,
@@ -198,6 +200,8 @@ class EarlyStopping:
     best_val_loss: torch.Tensor
     best_epoch: torch.Tensor
     epochs_run: int
+    start_val_loss: torch.Tensor
+    """The validation loss of the initial weights (a fit that never beats it failed)."""
 
 
 def batched_loss(
@@ -264,6 +268,7 @@ def train_with_early_stopping(
     n_train = x_train.shape[1]
     orders = minibatch_permutations(n_train, budget.seed)
     work = Workspace(device)
+    start_loss = batched_loss(module, x_val, y_val, eval_batch, work)
     bar = tqdm(range(budget.epochs), desc=desc, disable=not progress, leave=False)
     epochs_run = 0
     for epoch in bar:
@@ -313,7 +318,7 @@ def train_with_early_stopping(
         for p, b in zip(params, best, strict=True):
             p.data, p.grad = b, None
     module.probe_shape = shape
-    return EarlyStopping(best_loss, best_epoch, epochs_run)
+    return EarlyStopping(best_loss, best_epoch, epochs_run, start_loss)
 
 
 def predict_standardised(module: BatchedProbes, x: torch.Tensor, batch_size: int) -> np.ndarray:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import einops
 import numpy as np
@@ -45,6 +46,7 @@ from infoprobe.probes.batched_training import (
 )
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.metrics import nmse_from_r2, pooled_r2
+from infoprobe.probes.refits import refit_failed
 from infoprobe.probes.validate import check_finite, check_probe_arrays, check_splits
 
 __all__ = [
@@ -64,11 +66,17 @@ __all__ = [
 ]
 
 DEFAULT_MAX_MEMORY_BYTES = 2 * 1024**3
-ModuleFactory = Callable[[range, dict[str, np.ndarray] | None], BatchedProbes]
-"""Builds the probes of a range of cells: freshly initialised (``None``) or from
-fitted parameter arrays already sliced to those cells."""
+CellKeys = Sequence[int | tuple[int, int]]
+ModuleFactory = Callable[[CellKeys, dict[str, np.ndarray] | None], BatchedProbes]
+"""Builds the probes of some cells (a range of indices, or (cell, start) keys of restarts,
+:func:`~infoprobe.probes.batched_training.cell_generator`): freshly initialised (``None``)
+or from fitted parameter arrays already sliced to those cells."""
 Evaluator = Callable[[BatchedProbes, torch.Tensor, torch.Tensor], np.ndarray]
 """A design's own reading of the test split (:attr:`ProbeDesign.evaluate`)."""
+Validator = Callable[
+    [BatchedProbes, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], np.ndarray
+]
+"""A design's own judgement of a fit on the validation split (:attr:`ProbeDesign.validate`)."""
 
 
 # --------------------------------------------------------------------------- standardisation
@@ -145,6 +153,15 @@ class ProbeDesign:
     """What the test split keeps of a fitted group: ``None`` for its predictions (in
     original units), else a function of (module, standardised test states ``[c, n, E]``,
     standardised test targets ``[n, S, k]``) returning ``[n, c, ...]`` (kept as is)."""
+    validate: Validator | None = None
+    """The design's statistics of a fitted group on the validation split, ``[c, ...]``
+    (:attr:`ChunkedFit.val_stats`), from (module, standardised training states ``[c, n,
+    E]`` and targets ``[n, S, k]``, the same of the validation rows)."""
+    statistics: tuple[str, ...] = ()
+    """The names of ``validate``'s statistics (its axis 1)."""
+    judge: Callable[[np.ndarray], np.ndarray] | None = None
+    """Failure bits (:data:`~infoprobe.probes.refits.FAILURES`) the design reads in its
+    validation statistics ``[C, ...]``: uint8 ``[C, ...probe axes or fewer]``."""
 
 
 @dataclass
@@ -167,6 +184,18 @@ class ChunkedFit:
     epochs_run: list[int]
     chunk: int
     group: int
+    start_val_loss: np.ndarray | None = None
+    """``[C, ...probe axes]``: the validation loss of each probe's initial weights."""
+    starts: np.ndarray | None = None
+    """``[C]`` int: the starts each cell was fitted from (1, or more after restarts)."""
+    val_stats: np.ndarray | None = None
+    """``[C, len(val_names), ...]``: what the design's ``validate`` read of the validation
+    split."""
+    val_names: tuple[str, ...] = ()
+    """The names of ``val_stats``' statistics."""
+    failures: np.ndarray | None = None
+    """``[C, ...probe axes]`` uint8: why each probe's kept fit failed (0: it did not;
+    bits as :data:`~infoprobe.probes.refits.FAILURES`)."""
 
 
 Dataset = tuple[object, np.ndarray]
@@ -246,12 +275,20 @@ def fit_chunked(
         else:
             with torch.no_grad():
                 test = design.evaluate(module, x[:, test_idx], z[d][test_idx])
+        val_stats = None
+        if design.validate is not None:
+            with torch.no_grad():
+                val_stats = design.validate(
+                    module, x[:, train_idx], z[d][train_idx], x[:, val_idx], z[d][val_idx]
+                )
         return (
             test,
             module.arrays(),
             record.best_val_loss.cpu().numpy(),
             record.best_epoch.cpu().numpy(),
             record.epochs_run,
+            record.start_val_loss.cpu().numpy(),
+            val_stats,
         )
 
     results: list[list[tuple]] = [[] for _ in datasets]
@@ -278,7 +315,9 @@ def fit_chunked(
     overall.close()
     fits = []
     for (X, _), stats, parts in zip(datasets, y_stats, results, strict=True):
-        test_parts, arrays, best_val, best_epoch, epochs_run = map(list, zip(*parts, strict=True))
+        test_parts, arrays, best_val, best_epoch, epochs_run, start_val, val_stats = map(
+            list, zip(*parts, strict=True)
+        )
         test_z = np.concatenate(test_parts, axis=1)
         fits.append(
             ChunkedFit(
@@ -291,6 +330,10 @@ def fit_chunked(
                 epochs_run=epochs_run,
                 chunk=chunk,
                 group=group,
+                start_val_loss=np.concatenate(start_val),
+                starts=np.ones(n_cells, dtype=np.int64),
+                val_stats=None if val_stats[0] is None else np.concatenate(val_stats),
+                val_names=design.statistics,
             )
         )
     return fits
@@ -436,16 +479,13 @@ def fit_checked(
     split = check_splits(n, *splits)
     design = make_design(ProbeShape(n, n_cells, d_in, *y_first.shape[1:]))
     pairs = [(X, y) for (X, _), (_, y) in zip(datasets, checked, strict=True)]
-    engines = fit_chunked(
-        pairs,
-        split,
-        n_cells,
-        design,
-        budget,
-        device=device,
-        max_memory_bytes=max_memory_bytes,
-        progress=progress,
+    fit = partial(fit_chunked, budget=budget, device=device, max_memory_bytes=max_memory_bytes)
+    engines = fit(pairs, split, n_cells, design, progress=progress)
+    codes = refit_failed(
+        pairs, engines, split, design, partial(fit, progress=False), budget.restarts
     )
+    for engine, failures in zip(engines, codes, strict=True):
+        engine.failures = failures
     return engines, [y for _, y in pairs], split
 
 

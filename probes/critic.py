@@ -83,6 +83,7 @@ from infoprobe.probes.critic_scores import rank_scores as pair_rank_scores
 from infoprobe.probes.errors import SplitTooSmallError
 from infoprobe.probes.mlp import cpu_kernel
 from infoprobe.probes.native import GeluReadoutKernel
+from infoprobe.probes.references import ridge_reference
 from infoprobe.probes.validate import ArrayLike, check_positive_int
 
 __all__ = [
@@ -97,9 +98,12 @@ __all__ = [
     "min_test_samples",
 ]
 
-CONTENT_COMPONENTS = 2
+CONTENT_COMPONENTS = 4
 """Content components of the mixture: values a state may hold with no tag of their position
-(a retrieving head's copy); fixed, so every cell gets the same density family."""
+(a retrieving head's copy); fixed, so every cell gets the same density family. Four, not
+two: a state at layer 1 may hold its own x(t), a fixed-position copy and a content copy,
+and with two components a cell whose components both took the first two lost the third
+(6 of 48 layer-1 cells of the hand-set model, d = 2, six probe seeds; none with four)."""
 NULL_COMPONENTS = 4
 """Diagonal Gaussians of the null model q0(x | s) per position."""
 MAX_NEGATIVES = 2047
@@ -402,6 +406,78 @@ def critic_factory(
     return make
 
 
+NULL_MARGIN = 0.05
+"""Nats per validation sample a fitted density may fall below its own null at a position
+before its fit counts as failed (``below_null``: the null is one of its components)."""
+LINEAR_LEVEL = 0.75
+"""Where the linear-Gaussian reference tells matched from mismatched validation pairs at
+least this often, the state is known to hold x(s) (``below_linear``)."""
+LINEAR_MARGIN = 0.1
+"""... and a critic that tells them apart this much less often than the reference failed
+(about 3.5 standard errors of the difference at 600 validation samples)."""
+STATISTICS = ("log_q", "log_q0", "discrimination", "linear_discrimination")
+"""The critic's validation statistics per cell and position (:func:`validation_statistics`)."""
+
+
+def _wins(pvi: torch.Tensor) -> torch.Tensor:
+    """Sum over samples of [matched > mismatched] + ½[equal], ``pvi [c, b, 2, S]`` -> ``[c, S]``."""
+    matched, mismatched = pvi[:, :, 0], pvi[:, :, 1]
+    return ((matched > mismatched).double() + 0.5 * (matched == mismatched).double()).sum(1)
+
+
+def linear_reference(
+    x_train: torch.Tensor, z_train: torch.Tensor, x_val: torch.Tensor, cand: torch.Tensor
+) -> torch.Tensor:
+    """PVI ``[c, b, m, S]`` of candidates ``cand [b, m, S, k]`` under a linear-Gaussian
+    model of each cell (:func:`~infoprobe.probes.references.ridge_reference`, isotropic
+    residual variance per position floored as the critic's scales) against a standard
+    normal null."""
+    pred, var = ridge_reference(x_train, z_train, x_val)
+    var = var.clamp_min(math.exp(2 * LOG_SCALE_FLOOR))
+    k, y = cand.shape[-1], cand.double().unsqueeze(0)  # [1, b, m, S, k]
+    pred = pred.unsqueeze(2)  # [c, b, 1, S, k]
+    fit = -0.5 * ((y - pred).square().sum(-1) / var[:, None, None] + k * var.log()[:, None, None])
+    return fit + 0.5 * y.square().sum(-1)
+
+
+def validation_statistics(
+    module: BatchedCritic,
+    x_train: torch.Tensor,
+    z_train: torch.Tensor,
+    x_val: torch.Tensor,
+    z_val: torch.Tensor,
+) -> np.ndarray:
+    """How a fitted critic does on the validation split, ``[c, 4, S]`` (:data:`STATISTICS`):
+    the mean log-likelihood per sample of its density and of its null (nats, standardised
+    units), and how often its PVI ranks each sample's own x(s) above the next sample's
+    (ties count half), beside the same for :func:`linear_reference`. Validation samples
+    only: nothing here reads the test split."""
+    c, n = x_val.shape[:2]
+    cand = torch.stack([z_val, z_val.roll(-1, dims=0)], dim=1)  # [n, 2, S, k]: own, next
+    total = torch.zeros(c, 4, z_val.shape[1], dtype=torch.float64)
+    step = 256
+    for start in range(0, n, step):
+        rows = slice(start, start + step)
+        log_q, null = module.pvi(x_val[:, rows], cand[rows])  # [c, b, 2, S]
+        total[:, 0] += log_q[:, :, 0].sum(1).double()
+        total[:, 1] += null[:, :, 0].sum(1).double()
+        total[:, 2] += _wins(log_q - null)
+        total[:, 3] += _wins(linear_reference(x_train, z_train, x_val[:, rows], cand[rows]))
+    return (total / max(n, 1)).numpy()
+
+
+def judge_fits(stats: np.ndarray) -> np.ndarray:
+    """Failure bits ``[C]`` (:data:`~infoprobe.probes.refits.FAILURES`) of validation
+    statistics ``[C, 4, S]``: ``below_null`` where the density falls more than
+    :data:`NULL_MARGIN` below its null at some position; ``below_linear`` where, at a
+    position the linear reference tells apart at least :data:`LINEAR_LEVEL` of the time,
+    the critic does :data:`LINEAR_MARGIN` worse."""
+    below_null = (stats[:, 0] - stats[:, 1]).min(axis=1) < -NULL_MARGIN
+    ours, linear = stats[:, 2], stats[:, 3]
+    below_linear = ((linear >= LINEAR_LEVEL) & (ours < linear - LINEAR_MARGIN)).any(axis=1)
+    return below_null.astype(np.uint8) << 1 | below_linear.astype(np.uint8) << 2
+
+
 def critic_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> ProbeDesign:
     """The :class:`ProbeDesign` of critics of width ``hidden`` for these sizes."""
     S, k, b, E = shape.n_targets, shape.d_out, budget.batch_size, shape.d_in
@@ -422,6 +498,9 @@ def critic_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> Pro
         activation_bytes_per_cell=4 * step,
         desc="critic probes",
         evaluate=rank_scores,
+        validate=validation_statistics,
+        statistics=STATISTICS,
+        judge=judge_fits,
     )
 
 
@@ -447,6 +526,22 @@ class CriticFit:
     budget: TrainingBudget
     hidden: int
     engine: ChunkedFit
+
+    @property
+    def failures(self) -> np.ndarray:
+        """Why each cell's kept fit failed ``[C]`` (0: it did not;
+        :data:`~infoprobe.probes.refits.FAILURES`), after its restarts."""
+        return self.engine.failures
+
+    @property
+    def starts(self) -> np.ndarray:
+        """The starts each cell was fitted from ``[C]`` (1, or more after a failure)."""
+        return self.engine.starts
+
+    @property
+    def validation_statistics(self) -> np.ndarray:
+        """``[C, 4, S]``, :data:`STATISTICS` of the kept fits on the validation split."""
+        return self.engine.val_stats
 
     @property
     def v_information(self) -> np.ndarray:

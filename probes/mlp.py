@@ -49,6 +49,11 @@ from infoprobe.probes.chunked_fit import (
     fit_batched,
 )
 from infoprobe.probes.native import GeluReadoutKernel, kernel
+from infoprobe.probes.references import (
+    REGRESSION_STATISTICS,
+    judge_regression,
+    regression_statistics,
+)
 from infoprobe.probes.validate import ArrayLike, check_positive_int
 
 __all__ = [
@@ -338,6 +343,9 @@ def mlp_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> ProbeD
         bytes_per_cell=mlp_bytes_per_cell(shape.n, S, shape.d_in, hidden, k, b, b),
         activation_bytes_per_cell=4 * S * hidden * b,
         desc="MLP probes",
+        validate=regression_statistics,
+        statistics=REGRESSION_STATISTICS,
+        judge=judge_regression,
     )
 
 

@@ -62,6 +62,11 @@ from infoprobe.probes.chunked_fit import (
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.metrics import per_sample_error
 from infoprobe.probes.mlp import cpu_kernel, fused_readout, small_matmul_t
+from infoprobe.probes.references import (
+    REGRESSION_STATISTICS,
+    judge_regression,
+    regression_statistics,
+)
 from infoprobe.probes.validate import ArrayLike, check_positive_int, to_numpy
 
 __all__ = [
@@ -334,6 +339,9 @@ def query_design(
         bytes_per_cell=query_bytes_per_cell(shape.n, S, code, shape.d_in, hidden, k, b, b),
         activation_bytes_per_cell=4 * streamed,
         desc="query probes",
+        validate=regression_statistics,
+        statistics=REGRESSION_STATISTICS,
+        judge=judge_regression,
     )
 
 

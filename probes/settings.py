@@ -29,7 +29,8 @@ class TrainingBudget:
     samples per optimiser step. ``lr``/``weight_decay``: optimiser settings
     (``weight_decay`` is L2 for Adam, decoupled for AdamW). ``patience``:
     epochs without a validation improvement before a probe stops updating its
-    best weights. ``seed``: initial weights and minibatch order.
+    best weights. ``seed``: initial weights and minibatch order. ``restarts``: more starts
+    a cell whose fit failed on its validation samples gets (:mod:`infoprobe.probes.refits`).
     """
 
     epochs: int = 100
@@ -39,12 +40,17 @@ class TrainingBudget:
     optimizer: OptimizerName = "adam"
     patience: int = 10
     seed: int = 0
+    restarts: int = 2
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "patience"):
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or value < 1:
                 raise ProbeInputError(f"training budget: {name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.restarts, int | np.integer) or self.restarts < 0:
+            raise ProbeInputError(
+                f"training budget: restarts must be an int >= 0, got {self.restarts!r}"
+            )
         if not self.lr > 0:
             raise ProbeInputError(f"training budget: lr must be > 0, got {self.lr!r}")
         if not self.weight_decay >= 0:

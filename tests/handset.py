@@ -15,6 +15,8 @@ token t reads x(p(t)), p(t) = argmax_{s != t, s < T} q(t)^T M x(s).
 Head 1, position-specific: score(t, s) = BIG * [s = position], whatever the content; every
 token (CLS too) copies x(position).
 So I(t, 0) = {t} (CLS: {T}) and I(t, 1) = {t, p(t), position} (CLS: {T, p(T), position}).
+With ``offset`` head 1 is relative instead: data token t copies x((t + offset) mod T), CLS
+still x(position).
 Only with a near tie (top-2 scores closer than ``delta``) is the attention not hard; tests
 leave such queries out (``near_ties``).
 """
@@ -54,12 +56,14 @@ def handset_model(
     position: int = 0,
     value_rank: int | None = None,
     M: np.ndarray | None = None,
+    offset: int | None = None,
 ) -> InfoFlowTransformer:
     """The hand-set model (see the module docstring); ``M`` [d, d] defaults to the identity."""
-    if not 0 <= position < T or value_rank not in (None, 1):
+    if not 0 <= position < T or value_rank not in (None, 1) or offset not in (None, *range(1, T)):
         raise ValueError(
             f"need 0 <= position < T={T} and value_rank in (None, 1), "
-            f"got position={position}, value_rank={value_rank}"
+            f"and offset in 1..T-1 or None, got position={position}, value_rank={value_rank}, "
+            f"offset={offset}"
         )
     M = np.eye(d) if M is None else np.asarray(M)
     E, n = 3 * d + T + 1, d + T + 2  # d_head n: content | self one-hot (T+1) | CLS flag
@@ -89,8 +93,13 @@ def handset_model(
         W_V[0, content, 0] = torch.tensor(value_direction(d), dtype=torch.float32)
         W_O[0, 0, d] = 1.0  # a^T x(p(t)) into slot A's first coordinate
     # head 1: constant query meets +BIG at key `position`; copies x(position) into slot B
-    b_Q[1, 0] = root
-    W_K[1, pos + position, 0] = BIG
+    if offset is None:
+        b_Q[1, 0] = root
+        W_K[1, pos + position, 0] = BIG
+    else:  # query: the one-hot of (t + offset) mod T (CLS: of position); key: own one-hot
+        for t in range(T + 1):
+            W_Q[1, pos + t, (t + offset) % T if t < T else position] = root
+        W_K[1, pos : pos + T, :T] = BIG * torch.eye(T)
     W_V[1, content, :d], W_O[1, :d, slot_b] = eye, eye
     attn = model.blocks[0].attn
     with torch.no_grad():
@@ -127,15 +136,22 @@ def near_ties(x: np.ndarray, delta: float = NEAR_TIE, *, M: np.ndarray | None = 
     return (top2[..., 1] - top2[..., 0]) < delta
 
 
-def true_sets(x: np.ndarray, *, position: int = 0, M: np.ndarray | None = None) -> np.ndarray:
+def true_sets(
+    x: np.ndarray, *, position: int = 0, M: np.ndarray | None = None, offset: int | None = None
+) -> np.ndarray:
     """bool [2, n, T+1, T+1] (layer, sample, token, position).
 
-    I(t, 0) = {t} (CLS: its own position T); I(t, 1) = I(t, 0) ∪ {p(t), position}.
+    I(t, 0) = {t} (CLS: its own position T); I(t, 1) = I(t, 0) ∪ {p(t), position} (with
+    ``offset``: (t + offset) mod T instead of position for data tokens).
     """
     n, T, _ = np.shape(x)
     sets = np.zeros((2, n, T + 1, T + 1), dtype=bool)
     tokens = np.arange(T + 1)
     sets[:, :, tokens, tokens] = True
     sets[1, np.arange(n)[:, None], tokens[None, :], true_partners(x, M=M)] = True
-    sets[1, :, :, position] = True
+    if offset is None:
+        sets[1, :, :, position] = True
+    else:
+        sets[1, :, np.arange(T), (np.arange(T) + offset) % T] = True
+        sets[1, :, T, position] = True
     return sets

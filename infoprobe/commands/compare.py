@@ -210,6 +210,7 @@ def sources_from_args(
 
 def run(args: argparse.Namespace) -> int:
     from infoprobe.compare.files import write_comparisons
+    from infoprobe.compare.fit_flags import flag_lines, flagged_fits
     from infoprobe.compare.sources import compare_sources
 
     runtime_from_args(args).apply()
@@ -222,11 +223,14 @@ def run(args: argparse.Namespace) -> int:
     for note in sources.notes:
         print(f"note: {note}")
     print_comparison(compared)
+    flags = flagged_fits(sources.predicted, sources.instruments)
+    for line in flag_lines(flags):
+        print(line)
     if args.out is not None:
         path = write_comparisons(
             args.out,
             compared.comparisons,
-            extra=compared.extra(),
+            extra={**compared.extra(), "flagged_fits": flags},
             provenance=sources.provenance,
             overwrite=args.overwrite,
         )

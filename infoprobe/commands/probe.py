@@ -65,6 +65,11 @@ BUDGET_FIELDS = {
         help="MLP/query probe minibatch (samples per optimiser step)",
     ),
     "lr": CliField(help="MLP/query/critic probe learning rate (the critic's default: 1e-2)"),
+    "restarts": CliField(
+        metavar="R",
+        help="more starts a cell gets when its MLP/query/critic fit fails on its validation "
+        "samples (docs/probes.md, When a fit fails)",
+    ),
 }
 """TrainingBudget's fields that are options (``--probe-batch``: not the cache's batch)."""
 
@@ -121,7 +126,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         after={"block_size": _add_thresholds},
     )
     add_settings_arguments(
-        p, TrainingBudget, only=("epochs", "batch_size", "lr"), extra=BUDGET_FIELDS
+        p, TrainingBudget, only=("epochs", "batch_size", "lr", "restarts"), extra=BUDGET_FIELDS
     )
     add_settings_arguments(p, ProbeSettings, only=("device",))
     add_runtime_arguments(p)
@@ -176,7 +181,7 @@ def probe_settings_from_args(args: argparse.Namespace) -> ProbeSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from infoprobe.pipeline.probing import layer_summary, run_probe
+    from infoprobe.pipeline.probing import fit_lines, layer_summary, run_probe
 
     runtime_from_args(args).apply()
     settings = probe_settings_from_args(args)
@@ -201,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
                 f", positions observed: CLS {row['cls_observed']}, "
                 f"typical token {row['token_observed_median']:g}"
             )
+        print(line)
+    for line in fit_lines(results):
         print(line)
     print(f"results: {args.out}  (scores are probe recoveries; 'decodable' is not used)")
     return 0

@@ -27,6 +27,7 @@ import numpy as np
 
 from infoprobe.base.errors import UserError
 from infoprobe.base.fdr import benjamini_hochberg
+from infoprobe.compare.fit_flags import flagged_cells
 from infoprobe.compare.observations import Observations
 from infoprobe.influence.sets import AGGREGATE_SHARE_LEVEL
 from infoprobe.probes.observed import (
@@ -107,6 +108,7 @@ def critic_decodability(
         null_p=np.asarray(results.sample_scores[(*sample, "p_value")], dtype=np.float64),
         null_name=CRITIC_NULL,
         label=beside_name("critic"),
+        fit_failures=flagged_cells(results, "critic"),
     )
 
 
@@ -170,6 +172,7 @@ def decodability(
         word="decodable",
         provenance=dict(provenance or {}),
         label=beside_name(probe),
+        fit_failures=flagged_cells(results, probe),
     )
 
 
@@ -208,6 +211,7 @@ def random_init_control(
         score=np.asarray(results.scores[(TARGETS, "critic", "random_init", "share")], np.float64),
         null_p=p_value,
         control_of=of,
+        fit_failures=flagged_cells(results, "critic", "random_init"),
     )
 
 

@@ -98,6 +98,9 @@ class Observations:
     critic's rank test against mismatched pairs), or None."""
     null_name: str | None = None
     """What ``null_p`` tests against (text)."""
+    fit_failures: np.ndarray | None = None
+    """Per-cell failure codes of the probe's fits, uint8 [L+1, T+1] (0: a good fit;
+    infoprobe.probes.refits), or None when not recorded (flow, older files)."""
     label: str | None = None
     """How headlines name the instrument (None: its name), e.g. "decodability (critic
     probe)"."""

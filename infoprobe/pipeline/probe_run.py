@@ -28,6 +28,7 @@ from infoprobe.pipeline.probe_inputs import (
     open_layers,
 )
 from infoprobe.pipeline.probe_settings import ProbeSettings
+from infoprobe.probes.chunked_fit import ChunkedFit
 from infoprobe.probes.controls import (
     conditional_baseline,
     control_level,
@@ -71,6 +72,15 @@ class Metric(StrEnum):
     ALPHA = "alpha"
     V_INFORMATION = "v_information"
     SHARE = "share"
+    FIT_FAILURE = "fit_failure"
+    FIT_STARTS = "fit_starts"
+    FIT_BEST_EPOCH = "fit_best_epoch"
+    VAL_LOG_Q = "val_log_q"
+    VAL_LOG_Q0 = "val_log_q0"
+    VAL_DISCRIMINATION = "val_discrimination"
+    VAL_LINEAR_DISCRIMINATION = "val_linear_discrimination"
+    VAL_R2 = "val_r2"
+    VAL_LINEAR_R2 = "val_linear_r2"
 
 
 def _cells(arr: np.ndarray, n_layer_axis: int) -> np.ndarray:
@@ -194,6 +204,24 @@ class _ProbeRun:
         by_layer = _cells(scores, self.n_layer_axis)
         self.put(control, metric, by_layer)
         return by_layer
+
+    def put_fit_record(self, control: Control, engine: ChunkedFit) -> None:
+        """Store how each cell's fit went (:mod:`infoprobe.probes.refits`): its failure code
+        (0: a good fit), the starts it took, its best epoch and its validation statistics
+        (``val_<name>``, the design's: the critic's log-likelihoods and discriminations,
+        the MLP and query probes' R² beside the linear reference's), each ``[L+1, T+1, S]``."""
+        n_pos = self.results.T
+
+        def per_position(values: np.ndarray) -> np.ndarray:
+            values = values.reshape(len(values), -1).astype(np.float64)
+            return np.broadcast_to(values, (len(values), n_pos)) if values.shape[1] == 1 else values
+
+        self.put_cells(control, Metric.FIT_FAILURE, per_position(engine.failures))
+        self.put_cells(control, Metric.FIT_STARTS, per_position(engine.starts))
+        self.put_cells(control, Metric.FIT_BEST_EPOCH, per_position(engine.best_epoch))
+        if engine.val_stats is not None:  # [C, statistics, S]
+            for name, values in zip(engine.val_names, engine.val_stats.swapaxes(0, 1), strict=True):
+                self.put_cells(control, Metric(f"val_{name}"), values)
 
     def put_errors(self, errors: np.ndarray) -> np.ndarray:
         """Store per-sample test errors ``[n_test, C, S]`` as ``[L+1, n_test, T+1, S]``."""
@@ -345,6 +373,7 @@ class _ProbeRun:
         )
         shares = {}
         for control, fit in zip(controls, fits, strict=True):
+            self.put_fit_record(control, fit.engine)
             self.put_cells(control, Metric.V_INFORMATION, fit.v_information)
             shares[control] = _per_sample(fit.members(th.q), self.n_layer_axis).mean(axis=1)
             self.put(control, Metric.SHARE, shares[control])
@@ -370,8 +399,10 @@ class _ProbeRun:
         random-init controls, all three fits trained in one pass (one worker pool)."""
         x, split = self.x, self.split
         idx = [np.flatnonzero(split == s) for s in (TRAIN, VAL, TEST)]
-        datasets, _ = self.batched_datasets()
+        datasets, controls = self.batched_datasets()
         fits = self.fit_batched(datasets, idx)
+        for control, one in zip(controls, fits, strict=True):
+            self.put_fit_record(control, one.engine)
         fit, shuffled = fits[0], fits[-1]
         self.put_cells(Control.NONE, Metric.R2, fit.r2)
         self.put_cells(Control.NONE, Metric.NMSE, fit.nmse)

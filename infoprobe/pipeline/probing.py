@@ -92,3 +92,30 @@ def layer_summary(results: ProbeResults) -> list[dict[str, Any]]:
             row["token_observed_median"] = float(np.median(counts[: results.T]))
         rows.append(row)
     return rows
+
+
+def fit_lines(results: ProbeResults) -> list[str]:
+    """One line per fitted dataset (the probe, each control) on how its cells' fits went
+    (:mod:`infoprobe.probes.refits`): how many were refit from more starts, and which
+    still failed (flagged in ``/scores/.../fit_failure``)."""
+    lines = []
+    for (targets, probe, control, metric), codes in sorted(results.scores.items()):
+        if metric != "fit_failure":
+            continue
+        failed = (codes != 0).any(axis=-1)  # [L+1, T+1]
+        starts = results.scores.get((targets, probe, control, "fit_starts"))
+        refit = int((starts > 1).any(axis=-1).sum()) if starts is not None else 0
+        line = (
+            f"{probe} fits ({control}): {refit} of {failed.size} cells refit from more starts, "
+            f"{int(failed.sum())} still failed"
+        )
+        if failed.any():
+            where = [
+                f"layer {layer} token {'CLS' if t == results.T else t}"
+                for layer, t in np.argwhere(failed)
+            ]
+            line += (
+                " (flagged: " + ", ".join(where[:10]) + (", ..." if len(where) > 10 else "") + ")"
+            )
+        lines.append(line)
+    return lines

@@ -17,6 +17,7 @@ from infoprobe.attention.orientation import recorded_orientation
 from infoprobe.base.errors import UserError
 from infoprobe.compare import instruments
 from infoprobe.compare.crosstab import Crosstab
+from infoprobe.compare.fit_flags import flagged_fits
 from infoprobe.compare.observations import Observations, scope_masks
 from infoprobe.compare.predictors import INFOFLOW, YOUR_SETS, primary, sets_phrase
 from infoprobe.compare.scopes import SetComparison
@@ -58,6 +59,8 @@ class ReportInputs:
     the run's T), ``T``, ``E``, ``verdict``; None: not shown.
     null_rule: the null rule's per-layer counts beside the fixed threshold's
         (:func:`infoprobe.compare.null.null_summary`); None: not applied.
+    flagged_fits: instrument → its probe cells whose fit failed after restarts and its
+        AUROCs with and without them (:func:`infoprobe.compare.fit_flags.flagged_fits`).
     """
 
     comparisons: Mapping[str, Mapping[str, SetComparison]]
@@ -77,6 +80,7 @@ class ReportInputs:
     probe: str | None = None
     exponent: Mapping[str, Any] | None = None
     null_rule: Mapping[str, Any] | None = None
+    flagged_fits: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.predicted = np.asarray(self.predicted)
@@ -184,6 +188,7 @@ def from_sources(
         heads=compared.heads,
         headline=compared.headline(),
         null_rule=compared.null_rule,
+        flagged_fits=flagged_fits(sources.predicted, sources.instruments),
         patterns=[] if sources.patterns is None else [p[shown] for p in sources.patterns],
         pattern_samples=shown if sources.patterns is not None else [],
         n_sample_views=n_sample_views,

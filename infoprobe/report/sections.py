@@ -178,6 +178,7 @@ def render_html(summary: Summary, figures: Pngs) -> str:
         "<h2>Run</h2>",
         notes_table(summary),
         *headline_section(summary),
+        *flagged_section(summary),
         *verdicts_section(summary),
         *crosstab_section(summary),
         *null_rule_section(summary),
@@ -255,6 +256,49 @@ def crosstab_section(summary: Summary) -> list[str]:
         "instruments.</p>",
         crosstab_table(summary),
     ]
+
+
+def flagged_section(summary: Summary) -> list[str]:
+    """The probe cells whose fit failed after its restarts, with each instrument's AUROC
+    over all cells and over the rest (nothing when no cell is flagged)."""
+    flags = summary.get("flagged_fits") or {}
+    if not flags:
+        return []
+    parts = [
+        "<h2>Probe fits that failed</h2>",
+        "<p>These cells' probe fits failed on their validation samples after their restarts "
+        "(docs/probes.md, section When a fit fails); their numbers are shown as measured, "
+        "and each AUROC is given with and without them.</p>",
+    ]
+    for instrument, entry in flags.items():
+        rows = "".join(
+            f"<tr><td>{layer}</td><td>{token_name(t, entry['T'])}</td>"
+            f"<td>{escape(', '.join(why))}</td></tr>"
+            for (layer, t), why in zip(entry["cells"], entry["reasons"], strict=True)
+        )
+        aucs = "".join(
+            f"<tr><td>{layer}</td><td>{_auc(a)}</td><td>{_auc(b)}</td></tr>"
+            for layer, (a, b) in enumerate(
+                zip(entry["auroc"], entry["auroc_without_flagged"], strict=True)
+            )
+        )
+        parts += [
+            f"<h3>{escape(instrument)}</h3>",
+            "<table class='flagged'><tr><th>layer</th><th>token</th><th>why</th></tr>"
+            f"{rows}</table>",
+            "<table><tr><th>layer</th><th>AUROC, all cells</th><th>AUROC without the flagged"
+            f"</th></tr>{aucs}</table>",
+        ]
+    return parts
+
+
+def token_name(t: int, T: int) -> str:
+    """A token index as shown: its number, or CLS (index T)."""
+    return "CLS" if t == T else str(t)
+
+
+def _auc(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def null_rule_section(summary: Summary) -> list[str]:

@@ -248,6 +248,7 @@ def build_summary(inputs: ReportInputs, figure_meta: Mapping[str, Mapping[str, s
             "crosstab": None if inputs.table is None else inputs.table.to_dict(),
             "heads": None if inputs.heads is None else inputs.heads.to_dict(),
             "null_rule": inputs.null_rule,
+            "flagged_fits": dict(inputs.flagged_fits),
             "training": _training_summary(inputs.history),
             "figures": dict(figure_meta),
             "provenance": {
