@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from test_bad_input import one_line_refusal, snapshot
-from test_resume import TRAIN
+from test_resume import TRAIN, sweep
 
 from infoprobe.cli import main
 from infoprobe.train.budget import BUDGET_EXIT
@@ -164,3 +165,38 @@ def test_an_edited_state_is_refused_naming_the_field(monkeypatch, capsys, tmp_pa
     path.write_bytes(genuine)  # the run's own state is taken and continues to the end
     assert main(argv) == 0
     assert not path.exists()
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    """A finished two-run sweep (its records and checkpoints)."""
+    out = tmp_path_factory.mktemp("sweep") / "alone"
+    sweep(out)
+    return out
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda r: r.update(seed=7), "seed"),
+        (lambda r: r.update(best_val_nmse=1e-12), "best_val_nmse"),
+        (lambda r: r.update(best_step=r["best_step"] + 1), "best_step"),
+        (lambda r: r["history"].pop(), "history of checkpoint.json"),
+    ],
+    ids=["seed", "best", "step", "history"],
+)
+def test_an_edited_reproduce_record_is_refused_before_it_is_counted(
+    finished_sweep, tmp_path, edit, field
+):
+    from infoprobe.reproduce import ReproduceError
+
+    out = tmp_path / "sweep"
+    shutil.copytree(finished_sweep, out)
+    record = sorted(out.glob("runs/*/record.json"))[0]
+    document = json.loads(record.read_text())
+    edit(document)
+    record.write_text(json.dumps(document))
+    before = snapshot(out)
+    with pytest.raises(ReproduceError, match=f"field '{field}"):
+        sweep(out)
+    assert snapshot(out) == before  # nothing rewritten, results.json included

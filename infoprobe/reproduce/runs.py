@@ -19,6 +19,7 @@ if any, is replaced).
 from __future__ import annotations
 
 import json
+import math
 import platform
 import tempfile
 import time
@@ -235,6 +236,55 @@ def _check_record_fields(record: dict[str, Any], path: Path) -> None:
             )
 
 
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality in which NaN equals NaN (a run that never scored records NaN)."""
+    nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    return nan or a == b
+
+
+def _check_record_run(record: dict[str, Any], spec: RunSpec, path: Path) -> None:
+    """Refuse a record that is not this run's or that its history and checkpoint do not
+    bear out: its seed, grid point and claim against the run key; its best validation NMSE
+    and step against its own history; its numbers against the checkpoint folder beside it
+    (a record is counted by the results, so an edit must not pass as a result)."""
+
+    def refuse(name: str, found: Any, wanted: Any, why: str) -> ReproduceError:
+        return ReproduceError(
+            f"{path}: field {name!r} is {found!r}, expected {wanted!r} ({why}); delete it "
+            "to re-run this run"
+        )
+
+    for name, wanted in (
+        ("seed", spec.seed),
+        ("config_key", spec.point.key),
+        ("claim", spec.claim),
+    ):
+        if record.get(name) != wanted:
+            raise refuse(name, record.get(name), wanted, f"the run {spec.run_id}")
+    history = record["history"]
+    if not all(isinstance(h, dict) for h in history):
+        raise refuse("history", history, "a list of evaluations", "as the run wrote it")
+    if history:
+        best = min(history, key=lambda h: h.get("val_nmse", math.inf))
+        for name, key in (("best_val_nmse", "val_nmse"), ("best_step", "step")):
+            if not _same(record[name], best.get(key)):
+                raise refuse(name, record[name], best.get(key), "the best of its history")
+    checkpoint = path.parent / CHECKPOINT / "checkpoint.json"
+    if not checkpoint.is_file():
+        raise refuse("checkpoint", "(absent)", str(checkpoint), "a finished run's weights")
+    meta = read_json_object(checkpoint, ReproduceError, "delete the run folder to re-run it")
+    metrics = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
+    found = {"val_nmse": record["best_val_nmse"], "best_step": record["best_step"],
+             "test_nmse": record["test_nmse"]}  # fmt: skip
+    for key, value in found.items():
+        if not _same(metrics.get(key), value):
+            raise refuse(
+                f"metrics.{key} of {checkpoint.name}", metrics.get(key), value, "the record's"
+            )
+    if meta.get("history") != history:
+        raise refuse(f"history of {checkpoint.name}", "another history", "the record's", "same run")
+
+
 class RunStore:
     """The runs folder of a sweep: ``root/runs/<run_id>/{checkpoint/, record.json}``."""
 
@@ -247,8 +297,9 @@ class RunStore:
     def record_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / RECORD
 
-    def load(self, run_id: str) -> dict[str, Any] | None:
-        """The finished run's record, or None if the run has not finished."""
+    def load(self, run_id: str, spec: RunSpec | None = None) -> dict[str, Any] | None:
+        """The finished run's record, or None if the run has not finished; with ``spec``
+        (the run it must be) checked against it and its checkpoint first."""
         path = self.record_path(run_id)
         if not path.is_file():
             return None
@@ -267,10 +318,12 @@ class RunStore:
             unversioned=1,
         )
         _check_record_fields(record, path)
+        if spec is not None:
+            _check_record_run(record, spec, path)
         return record
 
     def is_done(self, spec: RunSpec) -> bool:
-        return self.load(spec.run_id) is not None
+        return self.load(spec.run_id, spec) is not None
 
     def save(self, outcome: RunOutcome) -> Path:
         """Write the checkpoint folder, then the record (each via a temp name + rename)."""
@@ -289,7 +342,7 @@ class RunStore:
 
     def records(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
         """Records of the finished runs among ``specs``, in their order."""
-        found = (self.load(s.run_id) for s in specs)
+        found = (self.load(s.run_id, s) for s in specs)
         return [r for r in found if r is not None]
 
 
