@@ -28,7 +28,7 @@ from infoprobe.base import formats
 from infoprobe.base.atomic import atomic_output, usual_mode
 from infoprobe.base.digest import file_sha256
 from infoprobe.base.errors import UsageError, UserError
-from infoprobe.base.header import MODEL_IDENTITY, check_header, make_header
+from infoprobe.base.header import MODEL_IDENTITY, check_header, make_header, read_json_object
 from infoprobe.base.versions import package_versions
 from infoprobe.foreign.check import check_foreign_model
 from infoprobe.foreign.config import ForeignConfig, build_model, config_from_dict, weights_module
@@ -182,12 +182,7 @@ def read_checkpoint_meta(path: str | Path, *, require_task: bool = True) -> dict
         raise CheckpointError(f"checkpoint {path} is not a folder (expected {META} + {WEIGHTS})")
     if not meta_path.is_file():
         raise CheckpointError(f"checkpoint {path}: missing {META}")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{meta_path}: not valid JSON (truncated?): {err}") from None
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{meta_path}: expected a JSON object, got {type(meta).__name__}")
+    meta = read_json_object(meta_path, CheckpointError)
     missing = [name for name in REQUIRED_FIELDS if name not in meta]
     if missing:
         hint = ""

@@ -342,6 +342,7 @@ def test_thresholds_refuse_non_finite_and_out_of_range_values(kw, field):
         (["--workers", "0"], ["--workers", ">= 1"]),
         (["--threads", "-2"], ["--threads", ">= 1"]),
         (["--seeds", "0"], ["--seeds", ">= 1"]),
+        (["--seeds", "1000000", "--estimate"], ["--seeds", "at most 1000"]),
     ],
 )
 def test_reproduce_refuses_bad_settings_before_writing(monkeypatch, capsys, tmp_path, extra, words):

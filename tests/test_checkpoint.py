@@ -236,3 +236,19 @@ def test_versions_are_the_installed_ones_and_files_have_the_usual_mode(saved):
     os.umask(mask)
     for name in ("model.safetensors", "checkpoint.json"):
         assert (path / name).stat().st_mode & 0o777 == 0o666 & ~mask, name
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[" * 200_000 + "]" * 200_000, "nested too deeply"),
+        ('{"format": ' + "9" * 100_000 + "}", "cannot be read as numbers"),
+    ],
+    ids=["deep", "long-integer"],
+)
+def test_hostile_json_is_one_error_naming_the_file(saved, text, words):
+    meta_path = saved[0] / "checkpoint.json"
+    meta_path.write_text(text)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(saved[0])
+    assert_names(info.value, str(meta_path), words)

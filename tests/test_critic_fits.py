@@ -148,7 +148,7 @@ def test_an_mlp_or_query_fit_below_the_linear_reference_is_refit_then_flagged(fa
     from infoprobe.probes.query import fit_query_probe
 
     rng = np.random.default_rng(5)
-    n, C, E, S, k = 1200, 3, 6, 2, 2
+    n, C, E, k = 1200, 3, 6, 2
     X = rng.normal(size=(n, C, E)).astype(np.float32)
     Y = np.stack([X[:, 0, :k], X[:, 1, 2 : 2 + k]], axis=1)  # cells 0 and 1 hold a target
     Y = (Y + 0.1 * rng.normal(size=Y.shape)).astype(np.float32)  # cell 2 holds neither

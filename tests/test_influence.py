@@ -107,8 +107,9 @@ def test_threshold_is_a_quarter_of_the_uniform_share():
     [
         ("directions", 0, ">= 1"),
         ("directions", -3, ">= 1"),
-        ("epsilon", 0.0, "> 0"),
-        ("epsilon", -0.1, "> 0"),
+        ("epsilon", 0.0, "(0, 1]"),
+        ("epsilon", -0.1, "(0, 1]"),
+        ("epsilon", 1e30, "(0, 1]"),  # a jump, not a nudge: fd scores were NaN
         ("epsilon", float("nan"), "finite"),
         ("epsilon", float("inf"), "finite"),
         ("resamples", 0, ">= 1"),
@@ -540,6 +541,7 @@ def cli(run_dir, out, *extra: str, cache: str = "acts.h5") -> int:
         (("--epsilon", "0", "--estimator", "fd"), "acts.h5", "--epsilon"),
         (("--epsilon=-1e-3",), "acts.h5", "--epsilon"),
         (("--epsilon", "nan"), "acts.h5", "--epsilon"),
+        (("--epsilon", "1e30", "--estimator", "fd"), "acts.h5", "epsilon"),
         (("--resamples", "0", "--method", "resample"), "acts.h5", "--resamples"),
         (("--n", "99"), "acts.h5", "between 1 and the 24 samples"),
     ],

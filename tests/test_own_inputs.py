@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import os
 
 import h5py
 import numpy as np
@@ -126,7 +127,17 @@ def test_other_bad_inputs_are_one_line(monkeypatch, capsys, tmp_path, files):
     out = ["--out", str(tmp_path / "acts.h5"), "--trust-code"]
     objects = np.empty(3, dtype=object)
     np.save(tmp_path / "pickled.npy", objects, allow_pickle=True)
+    with open(tmp_path / "huge.npy", "wb") as f:  # a header claiming 10^12 rows
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 8, 4)}
+        )
+        f.write(bytes(64))
+    os.mkfifo(tmp_path / "fifo.npy")
+    (tmp_path / "bad.safetensors").write_bytes(b"\xff" * 8 + b"{}")
     cases = [
+        ([str(ckpt), "--inputs", str(tmp_path / "huge.npy"), *out], ["huge.npy", "not a readable"]),
+        ([str(ckpt), "--inputs", str(tmp_path / "fifo.npy"), *out], ["not a regular file"]),
+        ([str(ckpt), "--inputs", str(tmp_path / "bad.safetensors"), *out], ["not a readable"]),
         ([str(ckpt), *out], ["does not say which task", "--inputs"]),
         ([str(ckpt), "--inputs", str(tmp_path / "none.npy"), *out], ["no such file"]),
         ([str(ckpt), "--inputs", str(tmp_path / "pickled.npy"), *out], ["not a readable"]),

@@ -200,3 +200,29 @@ def test_an_edited_reproduce_record_is_refused_before_it_is_counted(
     with pytest.raises(ReproduceError, match=f"field '{field}"):
         sweep(out)
     assert snapshot(out) == before  # nothing rewritten, results.json included
+
+
+def test_a_state_whose_document_is_not_an_object_names_that_field(monkeypatch, capsys, tmp_path):
+    argv, path = genuine_state(tmp_path, seeds=False)
+    capsys.readouterr()
+    tensors, metadata, _ = read_state(path)
+    save_file(tensors, str(path), metadata={**metadata, "state": "[1, 2]"})
+    line = one_line_refusal(monkeypatch, capsys, "train", argv[1:], ["'state'", "JSON object"])
+    assert "'format'" not in line  # the format is right; the document is not
+
+
+def test_an_edited_state_in_a_reproduce_sweep_is_refused_and_results_stay(tmp_path):
+    from infoprobe.train.budget import BudgetStop, Resume
+    from infoprobe.train.state import StateMismatchError
+
+    out = tmp_path / "sweep"
+    with pytest.raises(BudgetStop):
+        sweep(out, resume=Resume.budget(0, every=50))  # one run paused at its first state
+    path = next(out.glob("runs/*/state.safetensors"))
+    tensors, metadata, document = read_state(path)
+    document["step"] = 10**9
+    write_state(path, tensors, metadata, document)
+    before = snapshot(out)
+    with pytest.raises(StateMismatchError, match="field 'step'"):
+        sweep(out, resume=Resume(every=50))
+    assert snapshot(out) == before  # results.json as it was, the state kept

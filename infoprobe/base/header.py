@@ -88,6 +88,10 @@ def read_json_object(
         raise error(f"{path}: not a text file ({err}){tail}") from None
     except json.JSONDecodeError as err:
         raise error(f"{path}: not valid JSON (truncated?): {err}{tail}") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply to be a file infoprobe wrote{tail}") from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise error(f"{path}: JSON that cannot be read as numbers ({err}){tail}") from None
     if not isinstance(document, dict):
         raise error(f"{path}: expected a JSON object, got a JSON {type(document).__name__}{tail}")
     return document

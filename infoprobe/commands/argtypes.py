@@ -28,6 +28,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_SEEDS = 1000
+"""The most seeds per grid point a sweep takes (more is a typo, not a study: 1000 seeds of
+the smallest point already train for days)."""
+
+
+def seed_count(text: str) -> int:
+    """A number of seeds per grid point: 1 ..:data:`MAX_SEEDS`."""
+    value = positive_int(text)
+    if value > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_SEEDS} seeds per grid point, got {text!r}"
+        )
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0 (warm-up steps, widths that 0 switches off)."""
     value = _int(text)

@@ -7,7 +7,12 @@ import sys
 from typing import Any
 
 from infoprobe.commands import summary
-from infoprobe.commands.argtypes import add_resume_arguments, positive_int, resume_from_args
+from infoprobe.commands.argtypes import (
+    add_resume_arguments,
+    positive_int,
+    resume_from_args,
+    seed_count,
+)
 from infoprobe.commands.settingsargs import DeviceSetting, add_settings_arguments
 from infoprobe.reproduce.claims import CLAIMS
 
@@ -80,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--seeds",
-        type=positive_int,
+        type=seed_count,
         default=None,
         help="seeds per grid point (default: the profile's)",
     )

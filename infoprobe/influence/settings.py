@@ -28,7 +28,7 @@ class InfluenceSettings:
             forward-mode AD over the d basis directions) or ``"fd"`` (finite differences
             along ``directions`` random Gaussian directions; unbiased, noisy).
         directions: K, random directions per (sample, position) for ``fd``.
-        epsilon: ε, the nudge size in units of the input scale σ (``fd``).
+        epsilon: ε, the nudge size in units of the input scale σ (``fd``), in (0, 1].
         resamples: R, partner samples per (sample, position) for ``resample``.
         seed: seed of the directions and partners: block b draws from
             ``numpy.random.default_rng([seed, b])``.
@@ -75,8 +75,8 @@ class InfluenceSettings:
         eps = self.epsilon
         if isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps):
             raise bad("epsilon", "a finite number > 0")
-        if eps <= 0:
-            raise bad("epsilon", "a finite number > 0")
+        if not 0 < eps <= 1:  # a nudge, not a jump: beyond one input scale fd is no derivative
+            raise bad("epsilon", "a finite number in (0, 1] (at most one input scale)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise bad("seed", "an integer in 0..2**63-1")
         if not 0 <= self.seed <= MAX_SEED:

@@ -41,11 +41,13 @@ def read_array(path: str | os.PathLike, name: str) -> np.ndarray:
     safetensors), refused in one line naming the file when it cannot be read."""
     path = Path(path)
     if not path.is_file():
-        raise InputsError(f"{path}: no such file")
+        what = "not a regular file (a FIFO, device or folder)" if path.exists() else "no such file"
+        raise InputsError(f"{path}: {what}")
     suffix = path.suffix.lower()
     try:
-        if suffix == ".npy":
-            return np.load(path, allow_pickle=False)
+        if suffix == ".npy":  # mapped first: a header claiming more than the file holds is
+            # refused before any memory is taken for it
+            return np.array(np.load(path, mmap_mode="r", allow_pickle=False))
         if suffix in (".h5", ".hdf5"):
             with h5py.File(path, "r") as f:
                 link = f.get(name, getlink=True)
@@ -73,7 +75,16 @@ def read_array(path: str | os.PathLike, name: str) -> np.ndarray:
             return tensors[name]
     except InputsError:
         raise
-    except (OSError, ValueError) as err:  # not the format its name says
+    except MemoryError:
+        raise InputsError(
+            f"{path}: its array does not fit in memory ({path.stat().st_size} bytes on disk)"
+        ) from None
+    except Exception as err:  # not the format its name says (safetensors has its own class)
+        if (
+            not isinstance(err, OSError | ValueError)
+            and "safetensor" not in type(err).__name__.lower()
+        ):
+            raise
         raise InputsError(
             f"{path}: not a readable {suffix} file ({' '.join(str(err).split())[:160]})"
         ) from None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from infoprobe.base.atomic import atomic_output, refuse_existing
+from infoprobe.base.errors import UserError
 from infoprobe.base.markers import mark_png
 from infoprobe.report.build import render_png
 from infoprobe.reproduce.backends import (
@@ -36,6 +37,7 @@ from infoprobe.reproduce.grid import (
     describe_runs,
     group_runs,
 )
+from infoprobe.reproduce.preflight import check_states
 from infoprobe.reproduce.report import FIGURE_FORMAT, REPORT_FORMAT, page_html, section_html
 from infoprobe.reproduce.results import (
     RESULTS,
@@ -221,9 +223,12 @@ def reproduce(
             + "; ".join(prof.departures)
         )
     say(f"{describe_runs(specs)} -> {out_dir}")
+    check_states(specs, store)  # an edited state is refused before any run starts
     error: Exception | None = None
     try:
         sweep = run_sweep(specs, store, runner, log=say)
+    except UserError:  # an input refused (an edited state): results.json stays as it was
+        raise
     except Exception as err:  # gather what finished, then re-raise
         sweep, error = SweepSummary(), err
     results = gather(claim_obj, prof, specs, store.records(specs), backend=runner.name)

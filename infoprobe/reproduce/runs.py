@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from infoprobe.base.atomic import atomic_output
+from infoprobe.base.errors import UserError
 from infoprobe.base.header import check_header, make_header, read_json_object
 from infoprobe.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from infoprobe.checkpoint import save_checkpoint
@@ -370,7 +371,8 @@ def run_sweep(
 
     Prints one line per run skipped, started and finished through ``log``. Each finished
     run is stored as soon as it arrives, so an interrupted sweep keeps what it finished.
-    Raises :class:`SweepError` at the end if any run raised.
+    Raises :class:`SweepError` at the end if any run raised, or the first run's input error
+    (a :class:`~infoprobe.base.errors.UserError`, such as an edited state) if any.
     """
     say = log or (lambda _line: None)
     summary = SweepSummary()
@@ -402,11 +404,16 @@ def run_sweep(
             summary.paused[spec.run_id] = err
             say(f"[{order[spec.run_id]}/{total}] paused {spec.describe()}: {err}")
             return
+        if isinstance(err, UserError):  # bad input (an edited state): refused, not a failure
+            refused.append(err)
         summary.failed[spec.run_id] = f"{type(err).__name__}: {err}"
         say(f"[{order[spec.run_id]}/{total}] FAILED {spec.describe()}: {err}")
 
+    refused: list[UserError] = []
     if pending:
         backend.execute(pending, on_start=on_start, on_done=on_done, on_error=on_error)
+    if refused:
+        raise refused[0]
     if summary.paused and not summary.failed:
         stops = list(summary.paused.values())
         raise BudgetStop(

@@ -66,6 +66,16 @@ def _finished(out: Path, seed: int) -> dict | None:
     return read_checkpoint_meta(folder, require_task=False).get("metrics", {})
 
 
+def _unchanged(path: Path, summary: dict) -> bool:
+    """Whether ``path`` already holds ``summary`` but for the time it was written."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    same = json.loads(json.dumps(summary))  # as JSON reads it back (keys, tuples)
+    return isinstance(found, dict) and {**found, "created": None} == {**same, "created": None}
+
+
 def write_summary(out: Path, settings: dict, metrics: dict[int, dict]) -> Path:
     """Write ``OUT/summary.json``: settings, per-seed metrics (None: not finished) and the
     seed with the lowest validation NMSE among the finished ones."""
@@ -83,6 +93,8 @@ def write_summary(out: Path, settings: dict, metrics: dict[int, dict]) -> Path:
         "best_val_nmse": finite.get(best),
         "finished": len(finished),
     }
+    if _unchanged(out / SUMMARY, summary):  # a resumed run that is then refused writes nothing
+        return out / SUMMARY
     with atomic_output(out / SUMMARY, overwrite=True, kind=FORMAT) as tmp:
         tmp.write_text(json.dumps(summary, indent=1, sort_keys=True))
     return out / SUMMARY

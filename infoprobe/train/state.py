@@ -138,10 +138,15 @@ class StateFile:
                 f"{self.path}: not a readable training state ({' '.join(str(err).split())}); "
                 "pass --restart to start over"
             ) from None
-        if metadata.get("format") != FORMAT or not isinstance(document, dict):
+        if metadata.get("format") != FORMAT:
             raise StateMismatchError(
                 f"{self.path}: field 'format' is {metadata.get('format')!r}, expected "
                 f"{FORMAT!r}; pass --restart to start over"
+            )
+        if not isinstance(document, dict):
+            raise StateMismatchError(
+                f"{self.path}: field 'state' is not a JSON object (got "
+                f"{type(document).__name__}); pass --restart to start over"
             )
         version = metadata.get("schema_version")
         if version != str(SCHEMA_VERSION):
