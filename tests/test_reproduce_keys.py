@@ -102,11 +102,19 @@ def test_a_folder_of_recorded_runs_resumes_without_training(claim, profile, tmp_
                 "config": rec["spec"],
                 **dict.fromkeys(("best_val_nmse", "test_nmse", "best_step", "seconds")),
                 "seed": seed,
+                "config_key": rec["key"],
+                "claim": claim,
                 "train_seconds": None,
                 "history": [],
                 "analyses": {},
             }
             store.record_path(run_id).write_text(json.dumps(record))
+            checkpoint = store.run_dir(run_id) / "checkpoint"  # what the record must match
+            checkpoint.mkdir()
+            metrics = dict.fromkeys(("val_nmse", "best_step", "test_nmse"))
+            (checkpoint / "checkpoint.json").write_text(
+                json.dumps({"metrics": metrics, "history": []})
+            )
     specs = CLAIMS[claim].runs(profile)
     summary = run_sweep(specs, store, NoTraining())
     assert summary.trained == [] and len(summary.skipped) == len(specs)
