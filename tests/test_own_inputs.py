@@ -341,3 +341,19 @@ def test_probe_checkpoint_takes_the_inputs_and_your_sets(monkeypatch, capsys, fi
         run["stages"]["cache"]["key"]["inputs"]
         == hashlib.sha256((root / "x.npy").read_bytes()).hexdigest()
     )
+
+
+def test_file_inputs_on_a_task_checkpoint_without_sets_are_refused_before_any_output(
+    monkeypatch, capsys, tmp_path
+):
+    """InfoFlow predicts sets from a task's samples; inputs from a file have none, so
+    probe-checkpoint refuses at once, not at its predict stage after five outputs."""
+    ckpt = tmp_path / "ck"
+    argv = ["train", "--task", "intrinsic-dim", "--D", "2", "--T", "4", "--E", "8", "--steps",
+            "5", "--quiet", "--threads", "1", "--out", str(ckpt)]  # fmt: skip
+    assert main(argv) == 0
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((300, 4, 4), np.float32))
+    before = snapshot(tmp_path)
+    argv = [str(ckpt), "--inputs", str(tmp_path / "x.npy"), "--out", str(tmp_path / "pc")]
+    one_line_refusal(monkeypatch, capsys, "probe-checkpoint", argv, ["x.npy", "no task", "--sets"])
+    assert snapshot(tmp_path) == before

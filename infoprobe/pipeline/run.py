@@ -176,11 +176,15 @@ def probe_checkpoint(
     ck = load_checkpoint(
         source, task=task, trust_code=trust_code, allow_no_task=data.inputs is not None
     )
-    if ck.task is None and data.sets is None:
+    if (ck.task is None or data.inputs is not None) and data.sets is None:
+        why = (
+            f"{source}: the checkpoint records no task, so there is no InfoFlow program"
+            if ck.task is None
+            else f"{data.inputs}: inputs from a file carry no task, so InfoFlow predicts no sets"
+        )
         raise UsageError(
-            f"{source}: the checkpoint records no task, so there is no InfoFlow program to "
-            "compare with: give your own sets (--sets SETS.npy, bool [L+1, n, T+1, T] over "
-            "the inputs' rows), or run cache --inputs, influence and probe alone"
+            f"{why} to compare with: give your own sets (--sets SETS.npy, bool [L+1, n, T+1, "
+            "T] over the inputs' rows), or run cache --inputs, influence and probe alone"
         )
     if ck.task is not None:
         ck.task.structure().check_fits(ck.task.T)
