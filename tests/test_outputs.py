@@ -329,6 +329,15 @@ def test_a_second_cache_writer_is_refused(files, held, tmp_path):
     assert not out.exists()
 
 
+def test_a_second_reproduce_sweep_into_one_folder_is_refused(held, monkeypatch, capsys, tmp_path):
+    out = tmp_path / "sweep"
+    pid = held(out)
+    argv = ["head-count", "--out", str(out), "--quiet", "--seeds", "1"]
+    assert run_command(monkeypatch, "reproduce", argv) == 2
+    assert f"another process (pid {pid}) is writing {out}" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_the_lock_is_let_go_and_its_file_removed(tmp_path):
     out = tmp_path / "new" / "c.json"
     with atomic_output(out) as tmp:

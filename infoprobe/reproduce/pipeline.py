@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from infoprobe.base.atomic import atomic_output, refuse_existing
+from infoprobe.base.atomic import atomic_output, output_lock, refuse_existing
 from infoprobe.base.errors import UserError
 from infoprobe.base.markers import mark_png
 from infoprobe.report.build import render_png
@@ -209,6 +209,24 @@ def reproduce(
     )
     runner.check()  # e.g. Ray not installed: refused before anything is written
     out_dir = Path(out) if out is not None else default_out(claim_obj.name, prof.name)
+    with output_lock(out_dir):  # a second sweep writing this folder is refused at once
+        return _sweep_into(out_dir, claim_obj, prof, runner, seeds, device, compile, figures,
+                           resume, log)  # fmt: skip
+
+
+def _sweep_into(
+    out_dir: Path,
+    claim_obj: Claim,
+    prof: Profile,
+    runner: Any,
+    seeds: int | None,
+    device: str,
+    compile: bool,
+    figures: bool,
+    resume: Resume | None,
+    log: Callable[[str], None] | None,
+) -> Reproduction:
+    """:func:`reproduce` once its settings are checked and ``out_dir`` is locked."""
     check_outputs(claim_obj, out_dir, figures)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs: list[RunSpec] = [
