@@ -7,20 +7,21 @@ and nothing in its test scores says so. After the fit each probe (a cell, or a (
 target) pair for the MLP probes) is judged from its **validation** samples only:
 
 - ``no_progress``: its best validation loss is not below that of its initial weights;
-- what the probe's design reads in its validation statistics (the critic: ``below_null``,
-  a density below the null it contains at some position; ``below_linear``, a density
-  that tells matched from mismatched validation pairs worse than a linear-Gaussian
-  reference where that reference clearly can; :mod:`infoprobe.probes.critic`).
+- what the probe's design reads in its validation statistics: ``below_null`` (the critic:
+  a density below the null it contains at some position) and ``below_linear`` (worse
+  than a ridge reference where that reference clearly reads x(s): for the critic in
+  telling matched from mismatched validation pairs, :mod:`infoprobe.probes.critic`; for
+  the MLP and query probes in R², :mod:`infoprobe.probes.references`).
 
 A fit still improving when its epoch budget ends is not counted as failed (its test is
 exact whatever it learned, and it has improved on its start): its ``best_epoch`` shows it.
 A cell with a failed probe is trained again from another start (start r draws its weights
 from ``SeedSequence([seed, cell, r])``), up to ``TrainingBudget.restarts`` (default 2)
-more times; each probe
-keeps the start with the lowest validation loss. The selection sees validation samples
-only, never the test samples its scores and p-values are computed on, so it cannot bias
-them: the test of a kept fit is the test of a fit chosen before the test data were read.
-A probe that still fails is flagged (:attr:`FitRecord.failed`), never dropped.
+more times; each probe keeps the start with the lowest validation loss. The selection
+sees validation samples only, never the test samples its scores and p-values are computed
+on, so it cannot bias them: the test of a kept fit is the test of a fit chosen before the
+test data were read.
+A probe that still fails is flagged (``ChunkedFit.failures``), never dropped.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["FAILURES", "failure_names", "fit_failures", "refit_failed"]
+
 FAILURES = ("no_progress", "below_null", "below_linear")
 """The failure reasons: bit i of a reason code is ``FAILURES[i]`` (0: a good fit)."""
 
