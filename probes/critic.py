@@ -425,14 +425,11 @@ def _wins(pvi: torch.Tensor) -> torch.Tensor:
     return ((matched > mismatched).double() + 0.5 * (matched == mismatched).double()).sum(1)
 
 
-def linear_reference(
-    x_train: torch.Tensor, z_train: torch.Tensor, x_val: torch.Tensor, cand: torch.Tensor
-) -> torch.Tensor:
+def linear_reference(pred: torch.Tensor, var: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
     """PVI ``[c, b, m, S]`` of candidates ``cand [b, m, S, k]`` under a linear-Gaussian
-    model of each cell (:func:`~infoprobe.probes.references.ridge_reference`, isotropic
-    residual variance per position floored as the critic's scales) against a standard
-    normal null."""
-    pred, var = ridge_reference(x_train, z_train, x_val)
+    model of each cell, its ridge predictions ``pred [c, b, S, k]`` and residual variances
+    ``var [c, S]`` (:func:`~infoprobe.probes.references.ridge_reference`; isotropic, floored
+    as the critic's scales), against a standard normal null."""
     var = var.clamp_min(math.exp(2 * LOG_SCALE_FLOOR))
     k, y = cand.shape[-1], cand.double().unsqueeze(0)  # [1, b, m, S, k]
     pred = pred.unsqueeze(2)  # [c, b, 1, S, k]
@@ -455,6 +452,7 @@ def validation_statistics(
     c, n = x_val.shape[:2]
     cand = torch.stack([z_val, z_val.roll(-1, dims=0)], dim=1)  # [n, 2, S, k]: own, next
     total = torch.zeros(c, 4, z_val.shape[1], dtype=torch.float64)
+    pred, var = ridge_reference(x_train, z_train, x_val)  # fitted once, read per batch
     step = 256
     for start in range(0, n, step):
         rows = slice(start, start + step)
@@ -462,7 +460,7 @@ def validation_statistics(
         total[:, 0] += log_q[:, :, 0].sum(1).double()
         total[:, 1] += null[:, :, 0].sum(1).double()
         total[:, 2] += _wins(log_q - null)
-        total[:, 3] += _wins(linear_reference(x_train, z_train, x_val[:, rows], cand[rows]))
+        total[:, 3] += _wins(linear_reference(pred[:, rows], var, cand[rows]))
     return (total / max(n, 1)).numpy()
 
 
