@@ -8,30 +8,23 @@ budget (the critic's is lr 1e-2; both up to 100 epochs, patience 10). Pass the d
 caches with ``--cache``/``--control`` (``infoprobe demo`` writes them under
 ``runs/demo/heads-2-2``); without them an untrained model of the same architecture is
 cached (same shapes; early stopping, and so the time, differs from a trained model).
-One run of each, wall time, one process; the last line is the ratio critic / query.
+Each probe runs three ways in one run (:func:`engine_baseline.engine_table`): the code
+before the one engine, this code with the kernel and with the engine's autograd step, one
+fresh process each, wall time; the last line is the ratio critic / query (this code, with
+the kernel).
 
-    python bench/critic_probe.py [--cache acts.h5 --control acts-random-init.h5] [--threads 2]
+    python bench/critic_probe.py [--cache acts.h5 --control acts-random-init.h5] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
-import torch
 from cache_common import print_environment
+from engine_baseline import engine_table
 from query_probe import demo_caches
-
-from infoprobe.pipeline.probing import ProbeSettings, probe_cache
-
-
-def timed(cache: Path, control: Path, probe: str) -> float:
-    """Seconds of one :func:`probe_cache` of ``probe`` with its controls."""
-    start = time.perf_counter()
-    probe_cache(cache, control_path=control, settings=ProbeSettings(probe=probe), progress=False)
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -39,19 +32,18 @@ def main() -> None:
     parser.add_argument("--cache", type=Path)
     parser.add_argument("--control", type=Path)
     parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     print_environment()
     with tempfile.TemporaryDirectory() as tmp:
         if args.cache is None:
             cache, control = demo_caches(Path(tmp), args.n)
         else:
             cache, control = args.cache, args.control
-        query = timed(cache, control, "query")
-        critic = timed(cache, control, "critic")
-    print(f"query probe: {query:.1f} s; critic probe: {critic:.1f} s (3 fits each)")
-    print(f"critic / query wall time: {critic / query:.2f}x (gate <= 2x)")
+        query = engine_table(cache, control, "query", args.threads)
+        critic = engine_table(cache, control, "critic", args.threads)
+    print(f"before the one engine: critic / query {critic['baseline'] / query['baseline']:.2f}x")
+    print(f"critic / query wall time: {critic['kernel'] / query['kernel']:.2f}x (gate <= 2x)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ minibatch order, so their held-out R² agree up to float rounding.
   (spread over all cells) are timed and the median per-probe time is extrapolated to
   C·S probes.
 
+Then, unless ``--no-engine``, ``infoprobe probe --probe mlp`` on the demo's workload
+(:mod:`query_probe`'s caches, or ``--cache``/``--control``) on the code before the one
+engine, this code with the kernel and with autograd (:func:`engine_baseline.engine_table`).
+
     python bench/mlp_probes.py [--cells 8] [--targets 32] [--epochs 15] [--threads 2]
 """
 
@@ -20,10 +24,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
+from engine_baseline import engine_table
+from query_probe import demo_caches
 from torch import nn
 
 from infoprobe.probes.batched_training import TrainingBudget
@@ -110,6 +118,9 @@ def main() -> None:
     parser.add_argument("--loop-probes", type=int, default=24, help="probes timed in the loop")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--cache", type=Path, help="the demo's acts.h5 for the engine table")
+    parser.add_argument("--control", type=Path, help="its random-init control cache")
+    parser.add_argument("--no-engine", action="store_true", help="skip the engine table")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -185,6 +196,12 @@ def main() -> None:
         f"|ΔR²| batched vs loop on the timed probes: max {max(deltas):.2e} "
         f"(gate <= {GATE_R2}) -> {'ok' if max(deltas) <= GATE_R2 else 'FAIL'}"
     )
+    if not args.no_engine:  # the demo's workload on main's code, the kernel and autograd
+        with tempfile.TemporaryDirectory() as tmp:
+            cache, control = args.cache, args.control
+            if cache is None:
+                cache, control = demo_caches(Path(tmp), 4096)
+            engine_table(cache, control, "mlp", args.threads or 1)
     ratio = t_loop / t_batched
     print(f"ratio: {ratio:.1f}x (gate >= {GATE_RATIO:g}x)")
 

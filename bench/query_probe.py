@@ -1,4 +1,4 @@
-"""The query-conditioned probe on the demo's workload vs the ridge pass and the autograd step.
+"""The query-conditioned probe on the demo's workload vs the ridge pass and main's code.
 
 Workload: an activation cache of the demo's architecture (intrinsic-dim D = 2, T = 16,
 E = 32, heads (2, 2)) with N = 4096 samples and its random-init control:
@@ -13,21 +13,16 @@ from a trained model).
 Measured in one run:
 
 - the ridge pass (``--probe linear``, same caches, median of 3) and the query probe
-  (wall and CPU time, once), with the fused kernel (:mod:`infoprobe.probes.native`) and
-  with the PyTorch steps it replaced (``pytorch_steps``), and the largest difference
-  between their per-sample held-out errors;
+  (wall and CPU time, once, in this process);
 - the query probe's arithmetic: matmul FLOPs per cell-sample-epoch (forward
   ``2Eh + 2hkS``, training ``4Eh + 6hkS``) over the cell-epochs it trained, against a
   float32 matmul peak (2048², best of 5) measured before and after; and the fused
   kernel's own time per cell-sample on one core (the query probe's shapes, 8 cells), which
   times the cell-epochs bounds the run from below;
-- the first implementation (autograd through the first forward, one optimiser group of
-  cells at a time on torch's intra-op threads) for ``--legacy-epochs`` epochs on
-  ``--legacy-cells`` cells of the probe's cache, and the new training step on the same
-  cells (alternating, medians of 3 rounds), with one intra-op thread (the step alone)
-  and with ``--threads`` (its setting); its time per cell-epoch with ``--threads`` times
-  the cell-epochs of the full run estimates its time (a lower bound: its groups trained
-  until their last cell stopped).
+- the command on the code before the one engine (a worktree of
+  :data:`engine_baseline.BASELINE`), on this code with the kernel and with the engine's
+  autograd step (:func:`engine_baseline.engine_table`), the last line the ratio of the
+  first to the second.
 
     python bench/query_probe.py [--cache acts.h5 --control acts-random-init.h5] [--threads 2]
 """
@@ -43,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from cache_common import make_checkpoint, print_environment
+from engine_baseline import BASELINE, engine_table
 from ridge_workload import matmul_peak_gflops
 
 import infoprobe.pipeline.probing as probing_module
@@ -50,29 +46,9 @@ from infoprobe.hooks import layer_sites, open_cache
 from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.pipeline.probing import ProbeSettings, probe_cache
 from infoprobe.probes import native
-from infoprobe.probes.batched_training import (
-    BatchedProbes,
-    TrainingBudget,
-    train_with_early_stopping,
-)
-from infoprobe.probes.chunked_fit import Standardiser
-from infoprobe.probes.mlp import GeluReadout
-from infoprobe.probes.query import BatchedQueryMLP
 from infoprobe.probes.split import TRAIN, VAL, make_split
 
 TARGET_S = 60.0
-
-
-class LegacyQueryMLP(BatchedQueryMLP):
-    """Today's query probe step: the previous forward, trained through autograd."""
-
-    train_step = BatchedProbes.train_step  # autograd, fresh tensors every step
-    eval_loss = BatchedProbes.eval_loss
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        state = torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2))
-        pre = state.unsqueeze(1) + self.query_offsets().unsqueeze(3)  # [c, S, h, b]
-        return GeluReadout.apply(pre, self.w_out.unsqueeze(1), self.b_out[:, None, :, None])
 
 
 def demo_caches(folder: Path, n: int) -> tuple[Path, Path]:
@@ -92,33 +68,6 @@ def load_states(path: Path) -> tuple[np.ndarray, np.ndarray]:
         sites = layer_sites(cache.n_blocks)
         states = np.stack([cache.acts(s)[()] for s in sites], axis=1)
         return states.reshape(len(states), -1, states.shape[-1]), cache.x[()]
-
-
-def step_times(states: np.ndarray, x: np.ndarray, args: argparse.Namespace) -> tuple:
-    """Seconds per cell-epoch of the first (autograd) and the current step on the first
-    ``legacy_cells`` cells, trained in this thread in groups of 2 cells for
-    ``legacy_epochs`` epochs; the two alternate for 3 rounds (medians)."""
-    split = make_split(len(x))
-    train, val = np.flatnonzero(split == TRAIN), np.flatnonzero(split == VAL)
-    cells = states[:, : args.legacy_cells]
-    sx, sy = Standardiser.fit(cells[train], 0), Standardiser.fit(x[train], 0)
-    z = torch.tensor(np.moveaxis((cells - sx.mean) / sx.scale, 1, 0), dtype=torch.float32)
-    y = torch.tensor((x - sy.mean) / sy.scale, dtype=torch.float32)
-    epochs = args.legacy_epochs
-    budget = TrainingBudget(epochs=epochs, patience=epochs)  # no early stop: fixed work
-    times: dict[type, list[float]] = {LegacyQueryMLP: [], BatchedQueryMLP: []}
-    for _ in range(3):
-        for module_cls, record in times.items():
-            for first in range(0, args.legacy_cells, 2):
-                group = range(first, min(first + 2, args.legacy_cells))
-                module = module_cls(group, x.shape[1], states.shape[2], 64, x.shape[2])
-                start = time.perf_counter()
-                train_with_early_stopping(
-                    module, z[group][:, train], y[train], z[group][:, val], y[val], budget,
-                    eval_batch=budget.batch_size, progress=False,
-                )  # fmt: skip
-                record.append((time.perf_counter() - start) / (len(group) * epochs))
-    return statistics.median(times[LegacyQueryMLP]), statistics.median(times[BatchedQueryMLP])
 
 
 def kernel_us_per_cell_sample(S: int, E: int, k: int, h: int = 64, b: int = 256) -> float:
@@ -151,8 +100,6 @@ def main() -> None:
     parser.add_argument("--control", type=Path, help="its random-init control cache")
     parser.add_argument("--n", type=int, default=4096, help="samples when building caches")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--legacy-cells", type=int, default=4)
-    parser.add_argument("--legacy-epochs", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print_environment()
@@ -205,12 +152,7 @@ def run(args: argparse.Namespace) -> None:
         return time.perf_counter() - wall, time.process_time() - cpu, fits
 
     t_query, cpu_query, fits = query_probe()
-    with native.pytorch_steps():
-        t_torch, cpu_torch, torch_fits = query_probe()
     peak = max(peak, matmul_peak_gflops())
-    drift = max(
-        float(np.abs(a.errors - b.errors).max()) for a, b in zip(fits, torch_fits, strict=True)
-    )
 
     split = make_split(n)
     n_train, n_val = int((split == TRAIN).sum()), int((split == VAL).sum())
@@ -229,11 +171,6 @@ def run(args: argparse.Namespace) -> None:
     print(f"ridge pass (linear probes + controls, same caches): {t_ridge:.2f} s (median of 3)")
     print(f"query probe: {t_query:.1f} s wall, {cpu_query:.1f} s CPU, {cell_epochs} cell-epochs")
     print(
-        f"query probe with the PyTorch steps: {t_torch:.1f} s wall, {cpu_torch:.1f} s CPU "
-        f"({t_torch / t_query:.2f}x the fused kernel's time); largest difference of a "
-        f"per-sample held-out error between the two: {drift:.2e}"
-    )
-    print(
         f"matmul FLOPs {flop / 1e9:.0f} GFLOP -> {flop / t_query / 1e9:.1f} GFLOP/s; float32 "
         f"matmul peak {peak:.0f} GFLOP/s: efficiency {flop / t_query / 1e9 / peak:.3f}"
     )
@@ -243,29 +180,12 @@ def run(args: argparse.Namespace) -> None:
         f"({kernel_floor / t_query:.2f} of the query probe's time)"
     )
 
-    for threads in (
-        1,
-        args.threads,
-    ):  # one core: the step alone; then the first implementation's setting
-        torch.set_num_threads(threads)
-        t_old, t_new = step_times(states, x, args)
-        print(
-            f"training step, {args.legacy_cells} cells × {args.legacy_epochs} epochs, "
-            f"{threads} intra-op thread(s): autograd {t_old * 1e3:.1f} ms, current "
-            f"{t_new * 1e3:.1f} ms per cell-epoch ({t_old / t_new:.1f}x)"
-        )
-    t_autograd = t_old * cell_epochs
-    print(
-        f"first implementation (autograd steps), estimated: {t_old * 1e3:.1f} ms × "
-        f"{cell_epochs} cell-epochs = {t_autograd:.0f} s"
-    )
     print(
         f"query probe / ridge pass: {t_query / t_ridge:.0f}x; "
         f"query probe {t_query:.1f} s (target <= {TARGET_S:g} s on the idle 2-core machine)"
     )
-    print(
-        f"ratio: {t_autograd / t_query:.1f}x (first implementation, autograd steps / query probe)"
-    )
+    times = engine_table(args.cache, args.control, "query", args.threads)
+    print(f"ratio: {times['baseline'] / times['kernel']:.2f}x ({BASELINE} / the engine)")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 import einops
 import numpy as np
@@ -50,13 +51,18 @@ from tqdm.auto import tqdm
 from infoprobe.probes.settings import TrainingBudget
 
 __all__ = [
+    "Accelerator",
     "BatchedProbes",
     "EarlyStopping",
     "TrainingBudget",
     "Workspace",
+    "accelerator_of",
+    "autograd_step",
+    "eval_loss",
     "init_params",
     "minibatch_permutations",
     "predict_standardised",
+    "train_step",
     "train_with_early_stopping",
 ]
 
@@ -103,7 +109,7 @@ class Workspace:
 
     A fresh tensor of a few MiB is page-faulted in on every allocation on the CPU;
     training a group of probes allocates its activations thousands of times, so the
-    hand-written steps (:meth:`BatchedProbes.train_step`) write into these instead.
+    engine's epoch gather and the accelerators' steps write into these instead.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -119,38 +125,48 @@ class Workspace:
         return self.buffers[key]
 
 
+class Accelerator(Protocol):
+    """A faster step for one probe family on some devices (the CPU kernel of
+    :mod:`infoprobe.probes.fused`): the same values as the family's PyTorch loss and its
+    autograd gradients, up to float32 rounding. A family names its accelerator in
+    :attr:`BatchedProbes.accelerator`; nothing else refers to one."""
+
+    def serves(self, module: BatchedProbes, device: torch.device) -> bool:
+        """Whether it computes ``module``'s steps on ``device`` (else autograd runs)."""
+
+    def train_step(
+        self, module: BatchedProbes, x: torch.Tensor, y: torch.Tensor, work: Workspace
+    ) -> None:
+        """Set every parameter's ``.grad`` to the gradient of the summed per-probe loss."""
+
+    def eval_loss(
+        self, module: BatchedProbes, x: torch.Tensor, y: torch.Tensor, work: Workspace
+    ) -> torch.Tensor:
+        """The per-probe loss (``probe_shape``) without gradients."""
+
+    def activation_bytes(self, module: BatchedProbes, batch: int) -> int:
+        """Bytes per cell a step streams through (sizes the CPU's groups of cells)."""
+
+
 class BatchedProbes(nn.Module):
     """A group of probes whose parameters all have the leading axes ``probe_shape``.
 
-    Subclasses implement ``forward(x [c, b, E]) -> [c, S, k, b]`` (samples
-    last: with weights in ``nn.Linear``'s ``[out, in]`` orientation each layer
-    is one batched matmul ``W @ h``) and set ``loss_dims``: the axes of the
-    squared error ``[c, S, k, b]`` averaged into one loss per probe (so that
-    ``per_probe_loss`` has shape ``probe_shape``). They may override
-    :meth:`train_step` and :meth:`eval_loss` with hand-written passes into a
-    :class:`Workspace` (same values, no autograd graph, no allocations).
+    Subclasses (one per probe family) implement ``forward(x [c, b, E]) -> [c, S, k, b]``
+    (samples last: with weights in ``nn.Linear``'s ``[out, in]`` orientation each layer
+    is one batched matmul ``W @ h``) and set ``loss_dims``: the axes of the squared error
+    ``[c, S, k, b]`` averaged into one loss per probe (so that ``per_probe_loss`` has
+    shape ``probe_shape``), or override :meth:`per_probe_loss` (a likelihood). Gradients
+    come from autograd (:func:`train_step`); a family may name an :class:`Accelerator`
+    that computes the same step faster where it serves.
     """
 
     loss_dims: tuple[int, ...] = (2, 3)
     probe_shape: tuple[int, ...]
+    accelerator: ClassVar[Accelerator | None] = None
 
     def per_probe_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean squared error per probe, shape ``probe_shape``; ``y`` is ``[b, S, k]``."""
         return ((self(x) - y.permute(1, 2, 0)) ** 2).mean(dim=self.loss_dims)
-
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
-        """Set every parameter's ``.grad`` to the gradient of the summed per-probe loss.
-
-        ``x [c, b, E]``, ``y [b, S, k]`` (standardised). This default uses autograd.
-        """
-        for p in self.parameters():
-            p.grad = None
-        self.per_probe_loss(x, y).sum().backward()
-
-    def eval_loss(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> torch.Tensor:
-        """:meth:`per_probe_loss` without gradients (``probe_shape``)."""
-        with torch.no_grad():
-            return self.per_probe_loss(x, y)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Parameters as float32 numpy arrays (leading axes ``probe_shape``)."""
@@ -158,6 +174,40 @@ class BatchedProbes(nn.Module):
             name: p.detach().to("cpu", torch.float32).numpy().copy()
             for name, p in self.named_parameters()
         }
+
+
+def accelerator_of(module: BatchedProbes, device: torch.device) -> Accelerator | None:
+    """``module``'s accelerator when it serves ``device``, else None."""
+    fast = type(module).accelerator
+    return fast if fast is not None and fast.serves(module, torch.device(device)) else None
+
+
+def autograd_step(module: BatchedProbes, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Set every parameter's ``.grad`` to the autograd gradient of the summed per-probe
+    loss of standardised ``x [c, b, E]``, ``y [b, S, k]``."""
+    for p in module.parameters():
+        p.grad = None
+    module.per_probe_loss(x, y).sum().backward()
+
+
+def train_step(module: BatchedProbes, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
+    """One step's gradients: the module's accelerator where it serves, else autograd."""
+    fast = accelerator_of(module, x.device)
+    if fast is None:
+        autograd_step(module, x, y)
+    else:
+        fast.train_step(module, x, y, work)
+
+
+def eval_loss(
+    module: BatchedProbes, x: torch.Tensor, y: torch.Tensor, work: Workspace
+) -> torch.Tensor:
+    """:meth:`BatchedProbes.per_probe_loss` without gradients (``probe_shape``)."""
+    fast = accelerator_of(module, x.device)
+    if fast is not None:
+        return fast.eval_loss(module, x, y, work)
+    with torch.no_grad():
+        return module.per_probe_loss(x, y)
 
 
 def init_params(
@@ -217,7 +267,7 @@ def batched_loss(
     n = x.shape[1]
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
-        loss = module.eval_loss(x[:, start:stop], y[start:stop], work)
+        loss = eval_loss(module, x[:, start:stop], y[start:stop], work)
         total += loss.to(torch.float64) * (stop - start)
     return total / n
 
@@ -280,7 +330,7 @@ def train_with_early_stopping(
         torch.index_select(y_train, 0, order, out=y_epoch)
         for start in range(0, n_train, budget.batch_size):
             stop = start + budget.batch_size
-            module.train_step(x_epoch[:, start:stop], y_epoch[start:stop], work)
+            train_step(module, x_epoch[:, start:stop], y_epoch[start:stop], work)
             optimizer.step()
         epochs_run = epoch + 1
         val_loss = batched_loss(module, x_val, y_val, eval_batch, work)

@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from infoprobe.probes.batched_training import (
     BatchedProbes,
     TrainingBudget,
+    accelerator_of,
     predict_standardised,
     train_with_early_stopping,
 )
@@ -62,10 +63,16 @@ __all__ = [
     "fit_checked",
     "fit_chunked",
     "held_out_metrics",
+    "memory_budget",
     "predict_chunked",
 ]
 
 DEFAULT_MAX_MEMORY_BYTES = 2 * 1024**3
+"""The memory a fit may hold at once on the CPU, and on an accelerator when none is given
+(:func:`memory_budget`)."""
+DEVICE_MEMORY_SHARE = 0.5
+"""On a CUDA device the default budget is this share of its free memory (the chunk is then
+one group: the larger it is, the fewer the steps)."""
 CellKeys = Sequence[int | tuple[int, int]]
 ModuleFactory = Callable[[CellKeys, dict[str, np.ndarray] | None], BatchedProbes]
 """Builds the probes of some cells (a range of indices, or (cell, start) keys of restarts,
@@ -130,11 +137,31 @@ def cells_per_chunk(bytes_per_cell: int, n_cells: int, max_bytes: int) -> int:
 
 CPU_STEP_ACTIVATION_BYTES = 2 * 1024**2
 """On the CPU, cells are trained in groups whose per-step buffers
-(``activation_bytes_per_cell`` per cell: ``4·S·h·b`` bytes of pre-activations for the MLP
+(:func:`step_bytes` per cell: ``4·S·h·b`` bytes of pre-activations for the MLP
 probes; for the query probe with the fused kernel ``8·h·b``, the state and its gradient)
 stay within this many bytes, so a step's passes over them run from cache. Measured on 2
 shared cores (C = 8, S = 32, E = 32, h = 64, b = 256): one cell per group (2 MiB) trains
 2-3x faster than all 8 cells at once (16 MiB). Results do not depend on it."""
+
+
+def memory_budget(device: torch.device, requested: int) -> int:
+    """The bytes a fit may hold on ``device``: ``requested``, except that the default
+    (:data:`DEFAULT_MAX_MEMORY_BYTES`) becomes :data:`DEVICE_MEMORY_SHARE` of a CUDA
+    device's free memory."""
+    if device.type != "cuda" or requested != DEFAULT_MAX_MEMORY_BYTES:
+        return requested
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(1, int(free * DEVICE_MEMORY_SHARE))
+
+
+def step_bytes(design: ProbeDesign, budget: TrainingBudget) -> int:
+    """Bytes per cell a CPU training step streams through: the accelerator's where it
+    serves the design's module, else the design's ``activation_bytes_per_cell``."""
+    probe = design.make_module(range(1), None)
+    fast = accelerator_of(probe, torch.device("cpu"))
+    if fast is None:
+        return design.activation_bytes_per_cell
+    return fast.activation_bytes(probe, budget.batch_size)
 
 
 # --------------------------------------------------------------------------- the engine
@@ -233,10 +260,11 @@ def fit_chunked(
     """
     train_idx, val_idx, test_idx = splits
     device = torch.device(device)
+    max_memory_bytes = memory_budget(device, max_memory_bytes)
     chunk = cells_per_chunk(design.bytes_per_cell * len(datasets), n_cells, max_memory_bytes)
     group = chunk
     if device.type == "cpu":
-        group = cells_per_chunk(design.activation_bytes_per_cell, chunk, CPU_STEP_ACTIVATION_BYTES)
+        group = cells_per_chunk(step_bytes(design, budget), chunk, CPU_STEP_ACTIVATION_BYTES)
     x_stats: dict[int, Standardiser] = {}  # by id(X): datasets may share their states
     for X, _ in datasets:
         if id(X) not in x_stats:

@@ -21,10 +21,8 @@ with mixing weights π(h, s) from the same hidden layer::
 
 trained by maximum likelihood (no negatives), every cell at once, with the budget, early
 stopping and seeding of :mod:`infoprobe.probes.batched_training` on the summed negative log
-likelihood of the mixture and of the null (the null's own, not through the mixture). On
-the CPU a training step is written by hand: the hidden layer, its readout, the mixture's
-per-sample terms (softmax, scale floor, basis) and their backward in one pass of the query
-probe's fused kernel, the null's statistics in a second (:mod:`infoprobe.probes.native`);
+likelihood of the mixture and of the null (the null's own, not through the mixture);
+gradients by autograd, or on the CPU by the fused kernel (:mod:`infoprobe.probes.fused`);
 the test-sample ranking is :mod:`infoprobe.probes.critic_scores`.
 
 **Pointwise V-information** of test sample i (nats; Xu et al. 2020, Ethayarajh et al.
@@ -63,10 +61,11 @@ import torch
 from torch import nn
 
 from infoprobe.base.fdr import FDR_Q, benjamini_hochberg, check_fdr_level
+from infoprobe.probes import fused
 from infoprobe.probes.batched_training import (
     BatchedProbes,
     TrainingBudget,
-    Workspace,
+    accelerator_of,
     init_params,
 )
 from infoprobe.probes.chunked_fit import (
@@ -81,8 +80,6 @@ from infoprobe.probes.critic_scores import coefficients, features
 from infoprobe.probes.critic_scores import negatives_of as pair_negatives
 from infoprobe.probes.critic_scores import rank_scores as pair_rank_scores
 from infoprobe.probes.errors import SplitTooSmallError
-from infoprobe.probes.mlp import cpu_kernel
-from infoprobe.probes.native import GeluReadoutKernel
 from infoprobe.probes.references import ridge_reference
 from infoprobe.probes.validate import ArrayLike, check_positive_int
 
@@ -161,6 +158,10 @@ class BatchedCritic(BatchedProbes):
     ``null_mean [c, S, K0, k]``, ``null_log_scale [c, S, K0, k]``, ``null_logit [c, S, K0]``.
     """
 
+    components = CONTENT_COMPONENTS
+    scale_floor = LOG_SCALE_FLOOR
+    accelerator = fused.CRITIC
+
     def __init__(
         self,
         cells: range,
@@ -200,26 +201,27 @@ class BatchedCritic(BatchedProbes):
         self.k = k
         self.probe_shape = (len(cells),)
 
+    @staticmethod
+    def log_scale(raw: torch.Tensor) -> torch.Tensor:
+        """Unconstrained outputs -> log σ ≥ :data:`LOG_SCALE_FLOOR` (≈ raw above 0)."""
+        return _log_scale(raw)
+
     def readout(self, x: torch.Tensor) -> torch.Tensor:
         """The hidden layer's outputs ``[c, S, K+3+k, b]`` for standardised states
-        ``x [c, b, E]``: GELU(W h + Q[s] + b) read out by ``w_out``. Without autograd on the
-        CPU, the fused kernel (:mod:`infoprobe.probes.native`) computes them without
-        writing the ``[c, h, S, b]`` activations."""
+        ``x [c, b, E]``: GELU(W h + Q[s] + b) read out by ``w_out``. Without autograd, the
+        accelerator computes them where it serves (without writing the ``[c, h, S, b]``
+        activations)."""
+        fast = None if torch.is_grad_enabled() else accelerator_of(self, x.device)
+        if fast is not None:
+            return fast.readout(self, x)
         c, b, _ = x.shape
-        state = self._state(x)
-        fused = None if torch.is_grad_enabled() else cpu_kernel(x.device, self.w_out.shape[1])
-        if fused is not None:
-            out = torch.empty(c, self.w_query.shape[1], self.w_out.shape[1], b)
-            fused.forward(state, self.w_query.contiguous(), self.w_out.contiguous(),
-                          self.b_out.contiguous(), out)  # fmt: skip
-            return out
-        pre = state.unsqueeze(2) + self.w_query.transpose(1, 2).unsqueeze(3)  # [c, h, S, b]
-        n_pos = pre.shape[2]
+        pre = self.state(x).unsqueeze(2) + self.w_query.transpose(1, 2).unsqueeze(3)
+        n_pos = pre.shape[2]  # pre: [c, h, S, b]
         act = nn.functional.gelu(pre).reshape(c, pre.shape[1], n_pos * b)
         out = torch.baddbmm(self.b_out.unsqueeze(2), self.w_out, act)
         return out.view(c, -1, n_pos, b).transpose(1, 2)
 
-    def _state(self, x: torch.Tensor) -> torch.Tensor:
+    def state(self, x: torch.Tensor) -> torch.Tensor:
         """The first layer's contribution of the state ``[c, h, b]`` (contiguous)."""
         return torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2))
 
@@ -239,102 +241,6 @@ class BatchedCritic(BatchedProbes):
         content = torch.baddbmm(self.b_content.unsqueeze(2), self.w_content, x.transpose(1, 2))
         content = content.view(c, 2, K, k, b).permute(0, 1, 2, 4, 3)  # [c, 2, K, b, k]
         return log_pi, pos_mean, pos_log_scale, content[:, 0], _log_scale(content[:, 1])
-
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
-        """Gradients of the summed per-cell loss (:meth:`per_probe_loss`), by hand: the
-        hidden layer, its readout, the mixture's per-sample terms and their backward in
-        one pass of the fused kernel (:mod:`infoprobe.probes.native`), the null's
-        statistics in another, the content head's scales and the basis differentiated
-        here (the PyTorch step of :class:`BatchedProbes` without the kernel)."""
-        fused = cpu_kernel(x.device, self.w_out.shape[1])
-        if fused is None:
-            return super().train_step(x, y, work)
-        c, b, _ = x.shape
-        n_pos, K, k = self.w_query.shape[1], CONTENT_COMPONENTS, self.k
-        with torch.no_grad():
-            z = y.permute(1, 2, 0).contiguous()  # [S, k, b]
-            null = self._null_step(fused, z)  # [c, S, b]; the null's gradients set
-            hidden, mixture, content = self._mixture_inputs(x, z, null)
-            civ, rotation = mixture[1], mixture[4]
-            g_state = work("g_state", c, self.w_in.shape[1], b)
-            g_cm, g_civ, g_cn = torch.empty_like(civ), torch.empty_like(civ), torch.empty(c, K, b)
-            g_rotation, g_ld = torch.empty_like(rotation), torch.empty(c)
-            grads = (g_state, *(torch.empty_like(t) for t in hidden[1:]), g_cm, g_civ, g_cn,
-                     g_rotation, g_ld)  # fmt: skip
-            fused.critic_pass(hidden, mixture, LOG_SCALE_FLOOR, -1.0 / (b * n_pos), grads)
-            self.w_in.grad = torch.bmm(g_state, x)
-            self.b_in.grad = g_state.sum(dim=2)
-            self.w_query.grad, self.w_out.grad, self.b_out.grad = grads[1:4]
-            g_content = torch.empty_like(content)
-            g_content[:, 0] = g_cm
-            floor = torch.sigmoid(content[:, 1] - LOG_SCALE_FLOOR)  # d log σ / d raw
-            g_content[:, 1] = (-2.0 * civ * g_civ - g_cn.unsqueeze(2)) * floor
-            g_content = g_content.view(c, 2 * K * k, b)
-            self.w_content.grad = torch.bmm(g_content, x)
-            self.b_content.grad = g_content.sum(dim=2)
-            g_rotation += g_ld.view(c, 1, 1) * torch.linalg.inv(rotation).transpose(1, 2)
-            self.rotation.grad = g_rotation
-
-    def eval_loss(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> torch.Tensor:
-        """:meth:`per_probe_loss` without gradients ``[c]``: in the fused kernel's pass of
-        :meth:`train_step` (no gradients) where it serves, else in PyTorch."""
-        fused = cpu_kernel(x.device, self.w_out.shape[1])
-        if fused is None:
-            return super().eval_loss(x, y, work)
-        with torch.no_grad():
-            z = y.permute(1, 2, 0).contiguous()  # [S, k, b]
-            null = self._null_step(fused, z, grad=False)
-            hidden, mixture, _ = self._mixture_inputs(x, z, null)
-            log_q = torch.empty(x.shape[0])
-            fused.critic_pass(hidden, mixture, LOG_SCALE_FLOOR, ll=log_q)
-            return -(log_q + null.sum(dim=(1, 2))) / (z.shape[0] * z.shape[2])
-
-    def _mixture_inputs(
-        self, x: torch.Tensor, z: torch.Tensor, null: torch.Tensor
-    ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...], torch.Tensor]:
-        """What the fused kernel's critic pass reads, for standardised states ``x [c, b,
-        E]``, targets ``z [S, k, b]`` and the null's values ``[c, S, b]``: the hidden
-        layer's (state ``[c, h, b]``, ``w_query``, ``w_out``, ``b_out``), the mixture's (cm,
-        civ, cn, z, basis, null, log |det basis|; native.GeluReadoutKernel.critic_pass) and
-        the content head's raw outputs ``[c, 2, K, k, b]``."""
-        c, b, _ = x.shape
-        K, k = CONTENT_COMPONENTS, self.k
-        content = torch.baddbmm(self.b_content.unsqueeze(2), self.w_content, x.transpose(1, 2))
-        content = content.view(c, 2, K, k, b)
-        cls = _log_scale(content[:, 1])  # [c, K, k, b]
-        rotation = self.rotation.contiguous()
-        log_det = torch.linalg.slogdet(rotation)[1].contiguous()
-        mixture = (content[:, 0].contiguous(), torch.exp(-2.0 * cls),
-                   -cls.sum(dim=2) - 0.5 * k * LOG_2PI, z, rotation, null, log_det)  # fmt: skip
-        hidden = tuple(t.contiguous() for t in (self.w_query, self.w_out, self.b_out))
-        return (self._state(x), *hidden), mixture, content
-
-    def _null_step(
-        self, fused: GeluReadoutKernel, z: torch.Tensor, grad: bool = True
-    ) -> torch.Tensor:
-        """log q0(y | s) ``[c, S, b]`` of targets ``z [S, k, b]``, and (``grad``) the
-        gradients of the null's own loss −Σ_c mean over (b, S) of it written into the
-        null's parameters, by hand from the sums of the responsibilities γ of its
-        components against the features [y², y, 1] (the fused kernel's ``null``)."""
-        c, n_pos, K0, k = self.null_mean.shape
-        b = z.shape[2]
-        log_scale = _log_scale(self.null_log_scale)  # [c, S, K0, k]
-        a, m = torch.exp(-2.0 * log_scale), self.null_mean
-        log_w = torch.log_softmax(self.null_logit, dim=-1)  # [c, S, K0]
-        const = log_w - log_scale.sum(-1) - 0.5 * k * LOG_2PI
-        out, stats = torch.empty(c, n_pos, b), torch.empty(c, n_pos, K0, 2 * k + 1)
-        fused.null(z, (m.contiguous(), a.contiguous(), const.contiguous()), out, stats)
-        if not grad:
-            return out
-        stats *= -1.0 / (b * n_pos)  # d loss / d ψ (critic_scores.coefficients)
-        g_quad, g_lin, g_const = stats[..., :k], stats[..., k : 2 * k], stats[..., -1:]
-        self.null_mean.grad = a * (g_lin - g_const * m)
-        g_log_scale = a * (g_quad - 2.0 * m * g_lin + g_const * m.square()) - g_const
-        floor = torch.sigmoid(self.null_log_scale - LOG_SCALE_FLOOR)  # d log σ / d raw
-        self.null_log_scale.grad = g_log_scale * floor
-        total = g_const.squeeze(-1)  # [c, S, K0]
-        self.null_logit.grad = total - torch.exp(log_w) * total.sum(dim=-1, keepdim=True)
-        return out
 
     def null_log_density(self, y: torch.Tensor) -> torch.Tensor:
         """log q0(y | s) for ``y [..., S, k]`` -> ``[c, ..., S]``: per position one product
@@ -451,7 +357,7 @@ def validation_statistics(
     only: nothing here reads the test split."""
     c, n = x_val.shape[:2]
     cand = torch.stack([z_val, z_val.roll(-1, dims=0)], dim=1)  # [n, 2, S, k]: own, next
-    total = torch.zeros(c, 4, z_val.shape[1], dtype=torch.float64)
+    total = torch.zeros(c, 4, z_val.shape[1], dtype=torch.float64, device=x_val.device)
     pred, var = ridge_reference(x_train, z_train, x_val)  # fitted once, read per batch
     step = 256
     for start in range(0, n, step):
@@ -461,7 +367,7 @@ def validation_statistics(
         total[:, 1] += null[:, :, 0].sum(1).double()
         total[:, 2] += _wins(log_q - null)
         total[:, 3] += _wins(linear_reference(pred[:, rows], var, cand[rows]))
-    return (total / max(n, 1)).numpy()
+    return (total / max(n, 1)).cpu().numpy()
 
 
 def judge_fits(stats: np.ndarray) -> np.ndarray:
@@ -483,13 +389,10 @@ def critic_design(shape: ProbeShape, hidden: int, budget: TrainingBudget) -> Pro
     params = E * hidden + hidden + S * hidden + (K + 3 + k) * (hidden + 1)
     params += 2 * K * k * (E + 1) + k * k
     params += S * K0 * (2 * k + 1)
-    # scoring the test samples (PyTorch) keeps the readout [S, K+3+k, b] and the
-    # per-component densities [K+2+K0, S, b, k]; the PyTorch step also the hidden layer
-    # [h, S, b]; the fused step only the state and its gradient [h, b], the content
-    # head's values and gradients [4, K, k, b] and the null's values [S, b]
+    # scoring the test samples keeps the readout [S, K+3+k, b] and the per-component
+    # densities [K+2+K0, S, b, k]; a training step also the hidden layer [h, S, b]
     outputs = S * b * (K + 3 + k) + (K + 2 + K0) * S * b * k
-    fused = cpu_kernel(torch.device("cpu"), K + 3 + k) is not None
-    step = 2 * hidden * b + 4 * K * k * b + S * b if fused else S * hidden * b + outputs
+    step = S * hidden * b + outputs
     return ProbeDesign(
         make_module=critic_factory(S, E, hidden, k, budget.seed),
         bytes_per_cell=4 * (5 * params + shape.n * E + 2 * max(step, outputs)),

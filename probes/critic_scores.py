@@ -63,7 +63,7 @@ def pair_pvi(
     log_pi, pos_mean, pos_ls, mean, ls = module.heads(x)  # log π [c, S, K+2, b]
     K = mean.shape[1]
     log_det = torch.linalg.slogdet(module.rotation)[1].view(c, 1, 1)
-    parts = torch.empty(K + 2, c, n_pos, b, n)
+    parts = torch.empty(K + 2, c, n_pos, b, n, device=x.device)
     # positional: one product per (cell, position), [b, F] @ [F, n]
     pos_coef = coefficients(pos_mean, pos_ls.unsqueeze(-1).expand(-1, -1, -1, k))
     torch.matmul(pos_coef, phi, out=parts[1])
@@ -111,7 +111,7 @@ def rank_scores(
             columns = (start + torch.arange(len(rows) + M, device=x.device)) % n
             score = pair_pvi(module, x[:, rows], phi[..., columns], null[..., columns])
         offset = (columns[None, :] - rows[:, None]) % n  # [b, columns]: m of each candidate
-        matched = score[:, :, torch.arange(len(rows)), offset.argmin(dim=1)]  # m = 0
+        matched = score[:, :, torch.arange(len(rows), device=x.device), offset.argmin(dim=1)]
         higher = score >= matched.unsqueeze(-1)
         count = (higher & (offset >= 1) & (offset <= M)).sum(dim=-1)  # [c, S, b]
         log_q, log_q0 = module.pvi(x[:, rows], y[rows].unsqueeze(1))  # [c, b, 1, S]

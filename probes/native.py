@@ -13,8 +13,9 @@ flags and the CPU, and loaded with :mod:`ctypes` (calls release the GIL, so the 
 worker threads run it in parallel).
 
 Without a compiler, or with ``INFOPROBE_NATIVE=0`` in the environment, :func:`kernel`
-returns None and the probes use their PyTorch steps: the same arithmetic, in a different
-rounding order, about 2-3x slower on the CPU.
+returns None and the probes train with the engine's autograd step: the same arithmetic, in
+a different rounding order, 2.6-4x slower on the CPU. The probes reach the kernel only
+through :mod:`infoprobe.probes.fused`, their accelerator.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ MODE_RESIDUAL, MODE_FORWARD = 0, 1
 """The C function's modes (gelu_readout.c): squared error, readout only."""
 
 ENV_SWITCH = "INFOPROBE_NATIVE"
-"""Environment variable: ``0`` turns the compiled kernel off (the PyTorch steps are used)."""
+"""Environment variable: ``0`` turns the compiled kernel off (the autograd step is used)."""
 
 SOURCE = Path(__file__).with_name("gelu_readout.c")
 FLAGS = (
@@ -245,7 +246,7 @@ _switched_off = False
 
 @contextlib.contextmanager
 def pytorch_steps() -> Iterator[None]:
-    """Within this block the probes train with their PyTorch steps (for comparisons)."""
+    """Within this block the probes train with the engine's autograd step (comparisons)."""
     global _switched_off
     before, _switched_off = _switched_off, True
     try:
@@ -272,8 +273,8 @@ def _load() -> GeluReadoutKernel | None:
         detail = getattr(err, "stderr", "") or str(err)
         warnings.warn(
             f"infoprobe: the fused probe kernel could not be built with {cc!r} "
-            f"({detail.strip()[:300]}); the MLP and query probes use their PyTorch steps "
-            f"(same results, slower). Set {ENV_SWITCH}=0 to silence this.",
+            f"({detail.strip()[:300]}); the MLP, query and critic probes train with "
+            f"autograd (same results up to rounding, slower). Set {ENV_SWITCH}=0 to silence this.",
             RuntimeWarning,
             stacklevel=2,
         )

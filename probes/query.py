@@ -13,10 +13,10 @@ is trained over all s jointly (every sample contributes all S queries), all
 cells at once with grouped weights, with the training machinery, budget and
 seeding of :mod:`infoprobe.probes.batched_training` (early stopping per cell, on
 the validation loss averaged over s), and the standardisation and chunking of
-:mod:`infoprobe.probes.chunked_fit`. A training step is written by hand
-(:meth:`BatchedQueryMLP.train_step`): the activations of a cell are laid out
-``[h, S, b]``, so its readout and the readout's weight gradient over all S
-queries are each one matmul of width S·b.
+:mod:`infoprobe.probes.chunked_fit`. The activations of a cell are laid out
+``[h, S, b]``, so its readout over all S queries is one matmul of width S·b (on the CPU
+the fused kernel of :mod:`infoprobe.probes.fused` computes the step without writing
+them).
 
 Because one probe serves every position, it can only reconstruct ``x(s)`` well
 in the samples whose state actually carries ``x(s)`` (and enough of a code of
@@ -45,12 +45,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from infoprobe.probes.batched_training import (
-    BatchedProbes,
-    TrainingBudget,
-    Workspace,
-    init_params,
-)
+from infoprobe.probes import fused
+from infoprobe.probes.batched_training import BatchedProbes, TrainingBudget, init_params
 from infoprobe.probes.chunked_fit import (
     DEFAULT_MAX_MEMORY_BYTES,
     BatchedProbeFit,
@@ -61,7 +57,6 @@ from infoprobe.probes.chunked_fit import (
 )
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.metrics import per_sample_error
-from infoprobe.probes.mlp import cpu_kernel, fused_readout, small_matmul_t
 from infoprobe.probes.references import (
     REGRESSION_STATISTICS,
     judge_regression,
@@ -92,6 +87,7 @@ class BatchedQueryMLP(BatchedProbes):
     """
 
     loss_dims = (1, 2, 3)  # one loss per cell: mean over positions, samples, coordinates
+    accelerator = fused.QUERY
 
     def __init__(
         self,
@@ -139,87 +135,6 @@ class BatchedQueryMLP(BatchedProbes):
         act = nn.functional.gelu(pre).reshape(c, -1, pre.shape[2] * b)  # [c, h, S·b]
         out = torch.baddbmm(self.b_out.unsqueeze(2), self.w_out, act)  # [c, k, S·b]
         return einops.rearrange(out, "c k (s b) -> c s k b", b=b)
-
-    def _forward_into(
-        self, x: torch.Tensor, y: torch.Tensor, work: Workspace
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pre-activations, activations ``[c, h, S, b]`` and the residual ``x̂ - y``
-        ``[c, k, S, b]``, written into ``work`` (no autograd)."""
-        c, b, _ = x.shape
-        k, hidden = self.w_out.shape[1:]
-        n_pos = y.shape[1]
-        state = self._state_into(x, work)
-        pre = work("pre", c, hidden, n_pos, b)
-        torch.add(state.unsqueeze(2), self.query_offsets().transpose(1, 2).unsqueeze(3), out=pre)
-        act = torch.ops.aten.gelu.out(pre, out=work("act", c, hidden, n_pos, b))
-        out = work("out", c, k, n_pos * b)
-        torch.baddbmm(self.b_out.unsqueeze(2), self.w_out, act.view(c, hidden, -1), out=out)
-        residual = out.view(c, k, n_pos, b).sub_(y.permute(2, 1, 0))
-        return pre, act, residual
-
-    def _state_into(self, x: torch.Tensor, work: Workspace) -> torch.Tensor:
-        """The first layer's contribution of the state, ``[c, h, b]``, into ``work``."""
-        c, b, _ = x.shape
-        out = work("state", c, self.w_in.shape[1], b)
-        return torch.baddbmm(self.b_in.unsqueeze(2), self.w_in, x.transpose(1, 2), out=out)
-
-    @torch.no_grad()
-    def eval_loss(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> torch.Tensor:
-        """Mean squared error per cell ``[c]`` over positions, samples and coordinates."""
-        fused = cpu_kernel(x.device, y.shape[2])
-        if fused is None:
-            return self._forward_into(x, y, work)[2].square_().mean(dim=(1, 2, 3))
-        offsets = self.query_offsets().contiguous()
-        loss = fused_readout(
-            fused, self._state_into(x, work), offsets, self.w_out, self.b_out, y, work
-        )
-        return loss / y.numel()
-
-    @torch.no_grad()
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, work: Workspace) -> None:
-        """Gradients of the summed per-cell loss, by hand: every S·b-wide product of a
-        cell is one matmul, and the big ``[c, h, S, b]`` buffers are reused."""
-        for p in self.parameters():
-            if p.grad is None:
-                p.grad = torch.empty_like(p)
-        c, b, _ = x.shape
-        n_pos, k = y.shape[1:]
-        hidden = self.w_in.shape[1]
-        fused = cpu_kernel(x.device, k)
-        if fused is not None:
-            g_state = work("g_state", c, hidden, b)
-            g_offsets = work("g_offsets", c, n_pos, hidden)  # [c, S, h]
-            grads = (g_state, g_offsets, self.w_out.grad, self.b_out.grad)
-            offsets = self.query_offsets().contiguous()
-            state = self._state_into(x, work)
-            scale = 2.0 / y.numel()
-            fused_readout(fused, state, offsets, self.w_out, self.b_out, y, work, grads, scale)
-        else:
-            g_state, g_offsets = self._eager_gradients(x, y, work)
-        torch.bmm(g_state, x, out=self.w_in.grad)
-        torch.sum(g_state, dim=2, out=self.b_in.grad)
-        if self.query == "onehot":
-            self.w_query.grad.copy_(g_offsets)
-        else:
-            torch.bmm(g_offsets, self.w_query.transpose(1, 2), out=self.embed.grad)
-            torch.bmm(self.embed.transpose(1, 2), g_offsets, out=self.w_query.grad)
-
-    def _eager_gradients(
-        self, x: torch.Tensor, y: torch.Tensor, work: Workspace
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The PyTorch step's readout gradients (into ``w_out.grad``, ``b_out.grad``);
-        returns d loss / d state ``[c, h, b]`` and d loss / d offsets ``[c, S, h]``."""
-        pre, act, residual = self._forward_into(x, y, work)
-        c, hidden, n_pos, b = pre.shape
-        g_out = residual.mul_(2.0 / residual[0].numel()).view(c, -1, n_pos * b)  # [c, k, S·b]
-        flat = act.view(c, hidden, -1)
-        torch.bmm(g_out, flat.transpose(1, 2), out=self.w_out.grad)
-        torch.sum(g_out, dim=2, out=self.b_out.grad)
-        small_matmul_t(self.w_out, g_out, out=flat)  # d loss / d act
-        g_pre = torch.ops.aten.gelu_backward.grad_input(act, pre, grad_input=pre)
-        g_offsets = torch.sum(g_pre, dim=3, out=work("g_offsets_t", c, hidden, n_pos))
-        g_state = torch.sum(g_pre, dim=2, out=work("g_state", c, hidden, b))
-        return g_state, g_offsets.transpose(1, 2)
 
 
 def query_bytes_per_cell(
@@ -331,13 +246,10 @@ def query_design(
     """The :class:`ProbeDesign` of query probes of width ``hidden`` for these sizes."""
     S, k, b = shape.n_targets, shape.d_out, budget.batch_size
     code = S if query == "onehot" else embed_dim
-    # a step streams through [c, h, S, b] activations, or with the fused kernel only
-    # through the state and its gradient, [c, h, b] each
-    streamed = 2 * hidden * b if cpu_kernel(torch.device("cpu"), k) else S * hidden * b
     return ProbeDesign(
         make_module=query_factory(S, shape.d_in, hidden, k, query, embed_dim, budget.seed),
         bytes_per_cell=query_bytes_per_cell(shape.n, S, code, shape.d_in, hidden, k, b, b),
-        activation_bytes_per_cell=4 * streamed,
+        activation_bytes_per_cell=4 * S * hidden * b,  # the [c, h, S, b] activations
         desc="query probes",
         validate=regression_statistics,
         statistics=REGRESSION_STATISTICS,

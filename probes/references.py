@@ -41,7 +41,7 @@ def ridge_reference(
     c, n, E = x_train.shape
     S, k = z_train.shape[1:]
     X, Z = x_train.double(), z_train.double().reshape(n, S * k)
-    gram = X.transpose(1, 2) @ X + RIDGE * n * torch.eye(E, dtype=torch.float64)
+    gram = X.transpose(1, 2) @ X + RIDGE * n * torch.eye(E, dtype=torch.float64, device=X.device)
     W = torch.linalg.solve(gram, X.transpose(1, 2) @ Z)  # [c, E, S k]
     var = (Z - X @ W).view(c, n, S, k).square().mean(dim=(1, 3))
     return (x_val.double() @ W).view(c, -1, S, k), var

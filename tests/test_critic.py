@@ -20,7 +20,7 @@ from infoprobe.base.fdr import FDRLevelError
 from infoprobe.hooks import capture, layer_sites
 from infoprobe.pipeline.probe_settings import CRITIC_BUDGET
 from infoprobe.probes import native
-from infoprobe.probes.batched_training import Workspace
+from infoprobe.probes.batched_training import Workspace, autograd_step, eval_loss, train_step
 from infoprobe.probes.critic import (
     BatchedCritic,
     critic_members,
@@ -338,12 +338,12 @@ def test_the_fused_step_gives_the_gradients_autograd_gives():
     critic = BatchedCritic(range(c), S, E, hidden, k, seed=1)
     x, y = torch.randn(c, b, E), torch.randn(b, S, k)
     work = Workspace(torch.device("cpu"))
-    critic.train_step(x, y, work)
+    train_step(critic, x, y, work)
     fused = {name: p.grad.clone() for name, p in critic.named_parameters()}
-    fused_loss = critic.eval_loss(x, y, work)
-    with native.pytorch_steps():
-        critic.train_step(x, y, work)
-        eager_loss = critic.eval_loss(x, y, work)
+    fused_loss = eval_loss(critic, x, y, work)
+    autograd_step(critic, x, y)
+    with torch.no_grad():
+        eager_loss = critic.per_probe_loss(x, y)
     for name, p in critic.named_parameters():
         torch.testing.assert_close(fused[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
     torch.testing.assert_close(fused_loss, eager_loss, rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ from torch import nn
 
 from infoprobe.probes.batched_training import TrainingBudget
 from infoprobe.probes.errors import NonFiniteActivationError, ProbeInputError, SplitTooSmallError
-from infoprobe.probes.mlp import BatchedMLP, GeluReadout, fit_mlp_probes
+from infoprobe.probes.mlp import BatchedMLP, fit_mlp_probes
 
 
 @pytest.fixture(autouse=True)
@@ -190,22 +190,3 @@ def test_bad_input_raises_clear_errors():
     bad[5, 1, 2] = np.nan
     with pytest.raises(NonFiniteActivationError, match=r"X\[:, 0:2, :\].*\(5, 1, 2\)"):
         fit_mlp_probes(bad, Y, train, val, test, progress=False)
-
-
-@pytest.mark.parametrize(("k", "shared_w"), [(3, False), (3, True), (10, False)])
-def test_gelu_readout_gradients_match_autograd(k, shared_w):
-    """The hand-written backward (k multiply-adds for small k, GEMM otherwise, with
-    broadcast weights as in the query probe) against autograd and finite differences."""
-    gen = torch.Generator().manual_seed(k)
-    pre = torch.randn(2, 3, 5, 7, dtype=torch.float64, generator=gen, requires_grad=True)
-    w = torch.randn(2, 1 if shared_w else 3, k, 5, dtype=torch.float64, generator=gen)
-    bias = torch.randn(2, 1, k, 1, dtype=torch.float64, generator=gen)
-    w.requires_grad_()
-    bias.requires_grad_()
-    assert torch.autograd.gradcheck(GeluReadout.apply, (pre, w, bias))
-    grad_out = torch.randn(2, 3, k, 7, dtype=torch.float64, generator=gen)
-    ours = torch.autograd.grad(GeluReadout.apply(pre, w, bias), (pre, w, bias), grad_out)
-    reference = torch.matmul(w, nn.functional.gelu(pre)) + bias
-    theirs = torch.autograd.grad(reference, (pre, w, bias), grad_out)
-    for a, b in zip(ours, theirs, strict=True):
-        torch.testing.assert_close(a, b)

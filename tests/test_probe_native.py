@@ -16,8 +16,9 @@ import torch
 from probe_data import retrieval_data
 
 from infoprobe.probes import native
-from infoprobe.probes.batched_training import TrainingBudget, Workspace
-from infoprobe.probes.mlp import BatchedMLP, cpu_kernel, fit_mlp_probes
+from infoprobe.probes.batched_training import TrainingBudget, Workspace, train_step
+from infoprobe.probes.fused import cpu_kernel
+from infoprobe.probes.mlp import BatchedMLP, fit_mlp_probes
 from infoprobe.probes.query import fit_query_probe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -139,7 +140,7 @@ def test_without_a_compiler_the_probes_warn_once_and_use_the_pytorch_steps(monke
             assert native.kernel() is None
             module = BatchedMLP(range(1), 2, 3, 4, 2)
             x, y = torch.randn(1, 5, 3), torch.randn(5, 2, 2)
-            module.train_step(x, y, Workspace(torch.device("cpu")))
+            train_step(module, x, y, Workspace(torch.device("cpu")))
         assert all(p.grad is not None for p in module.parameters())
     finally:
         native._load.cache_clear()
