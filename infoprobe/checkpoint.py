@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformer_lens import HookedRootModule
 
 from infoprobe.base import formats
-from infoprobe.base.atomic import atomic_output, usual_mode
+from infoprobe.base.atomic import atomic_output, save_tensors, usual_mode
 from infoprobe.base.digest import file_sha256
 from infoprobe.base.errors import UsageError, UserError
 from infoprobe.base.header import MODEL_IDENTITY, check_header, make_header, read_json_object
@@ -152,7 +152,7 @@ def save_checkpoint(
     with atomic_output(
         path, overwrite=overwrite, directory=True, what="checkpoint", kind=FORMAT
     ) as tmp:
-        save_file(state, str(tmp / WEIGHTS))
+        save_tensors(state, tmp / WEIGHTS, name=Path(path) / WEIGHTS)
         usual_mode(tmp / WEIGHTS)
         if isinstance(cfg, ForeignConfig):
             copy_factory_module(cfg.factory, tmp)

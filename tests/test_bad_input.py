@@ -577,3 +577,36 @@ def test_reproduce_refuses_bad_workers_before_writing_anything(option, tmp_path)
     with pytest.raises(BackendError, match=">= 1"):
         reproduce("triangle", profile="quick", out=out, **option)
     assert not out.exists()
+
+
+def test_a_full_disk_while_writing_is_one_line_naming_the_file(monkeypatch, capsys, tmp_path):
+    """safetensors reports a failed write (here: no space left) as its own error type,
+    without the file: train says which file could not be written, and leaves no
+    checkpoint (nor a half one) behind."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def disk_full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
+    out = tmp_path / "ck"
+    err = one_line_refusal(monkeypatch, capsys, "train", [*TRAIN, "--out", str(out)])
+    assert str(out / "model.safetensors") in err and "No space left on device" in err, err
+    assert not out.exists() and not any(p.name.startswith("ck") for p in tmp_path.iterdir())
+
+
+def test_a_huge_py_beside_a_checkpoint_is_refused_before_it_is_hashed(tmp_path):
+    """Every .py file in a foreign checkpoint's folder is hashed as the model's code; one
+    far larger than source code (here a sparse 17 MiB file) is refused, naming it."""
+    from infoprobe.foreign.errors import ForeignModelError
+    from infoprobe.foreign.trust import MAX_CODE_BYTES, code_files
+
+    (tmp_path / "model.py").write_text("def build():\n    pass\n")
+    huge = tmp_path / "data.py"
+    with open(huge, "wb") as f:
+        f.truncate(MAX_CODE_BYTES + 1)
+    with pytest.raises(ForeignModelError, match=f"{huge}: {MAX_CODE_BYTES + 1} bytes"):
+        code_files("model:build", tmp_path)
+    huge.unlink()
+    assert code_files("model:build", tmp_path) == [tmp_path / "model.py"]

@@ -57,7 +57,7 @@ def test_a_crash_while_writing_leaves_no_folder(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("infoprobe.checkpoint.save_file", boom)
+    monkeypatch.setattr("safetensors.torch.save_file", boom)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(tmp_path / "ck", model, task)
     assert list(tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 from test_bad_input import one_line_refusal, snapshot
 
 import infoprobe.train.state as state_module
@@ -164,7 +165,7 @@ def test_a_half_written_state_never_replaces_the_last_good_one(
     out, state = tmp_path / "run", tmp_path / "run.state.safetensors"
     assert main([*TRAIN, "--out", str(out), "--budget-minutes", "0"]) == BUDGET_EXIT
     good = state.read_bytes()
-    real_save = state_module.save_file
+    real_save = safetensors.torch.save_file
 
     def dies_half_way(tensors, filename, metadata=None):
         real_save(tensors, filename, metadata=metadata)
@@ -172,7 +173,7 @@ def test_a_half_written_state_never_replaces_the_last_good_one(
             f.truncate(os.path.getsize(filename) // 2)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(state_module, "save_file", dies_half_way)
+    monkeypatch.setattr(safetensors.torch, "save_file", dies_half_way)
     assert main([*TRAIN, "--out", str(out)]) == 130
     assert state.read_bytes() == good
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.state.safetensors"]

@@ -49,6 +49,7 @@ __all__ = [
     "output_lock",
     "refuse_existing",
     "remove_stale_temps",
+    "save_tensors",
     "temp_name",
 ]
 
@@ -83,6 +84,21 @@ def sibling_name(path: Path, suffix: str) -> Path:
     """``NAME<suffix>`` beside ``path`` (suffix ``.tmp-<pid>``, ``.old-<pid>``, the lock's),
     within the name limit."""
     return path.with_name(sibling_stem(path.name) + suffix)
+
+
+def save_tensors(
+    tensors: dict[str, Any], path: Path, metadata: dict[str, str] | None = None, *, name: Path
+) -> None:
+    """Write ``tensors`` (torch, CPU) as safetensors to ``path``; a failure to write (a full
+    disk, a quota) is an :class:`OSError` naming ``name``, the file the user asked for
+    (safetensors reports it as its own error type, without the file)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as err:
+        raise OSError(f"{name}: could not be written ({' '.join(str(err).split())})") from None
 
 
 def usual_mode(path: str | os.PathLike) -> None:

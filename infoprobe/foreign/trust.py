@@ -95,13 +95,27 @@ def same_file(a: Path, b: Path) -> bool:
     )
 
 
+MAX_CODE_BYTES = 16 * 1024**2
+"""The largest ``.py`` file a checkpoint's model code may hold: source code, not data (every
+file of the code is hashed into each output's provenance)."""
+
+
 def code_files(factory: str, folder: Path) -> list[Path]:
     """The model's code: the factory module's file and every ``.py`` file under the
-    checkpoint's ``folder`` (what the factory may import from beside the weights)."""
+    checkpoint's ``folder`` (what the factory may import from beside the weights).
+    :class:`ForeignModelError` for a file above :data:`MAX_CODE_BYTES`."""
     found = locate_module(factory.partition(":")[0], folder)
     files = {p for p in folder.rglob("*.py") if p.is_file()}
     if found is not None and found.is_file():
         files.add(found)
+    for path in files:
+        size = path.stat().st_size
+        if size > MAX_CODE_BYTES:
+            raise ForeignModelError(
+                f"{path}: {size} bytes, expected model source code of at most "
+                f"{MAX_CODE_BYTES // 1024**2} MiB (a .py file beside the weights is hashed as "
+                "the model's code)"
+            )
     return sorted(files, key=lambda p: str(p))
 
 

@@ -29,10 +29,15 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from infoprobe.base import formats
-from infoprobe.base.atomic import output_lock, remove_stale_temps, temp_name, usual_mode
+from infoprobe.base.atomic import (
+    output_lock,
+    remove_stale_temps,
+    save_tensors,
+    temp_name,
+    usual_mode,
+)
 from infoprobe.base.errors import UserError
 from infoprobe.base.jsonable import jsonable
 from infoprobe.train.budget import BudgetStop, Resume
@@ -180,7 +185,7 @@ class StateFile:
             remove_stale_temps(self.path)
             tmp = temp_name(self.path)
             try:
-                save_file(flat, str(tmp), metadata=metadata)
+                save_tensors(flat, tmp, metadata, name=self.path)
                 usual_mode(tmp)
                 os.replace(tmp, self.path)
             except BaseException:
