@@ -379,17 +379,32 @@ class _BackgroundCommits:
     The disk I/O of batch b overlaps the forward pass of batch b+1; at most ``depth``
     batches wait in the queue, so memory stays bounded. An error in the thread is
     re-raised by the next :meth:`submit` or by :meth:`close`.
+
+    The thread polls the queue (:data:`POLL_SECONDS`) instead of waiting for a wake-up, and
+    :meth:`close` sets an event instead of queueing a sentinel: a signal that interrupts the
+    main thread inside ``Queue.put`` (between storing an item and waking the thread, or
+    while the queue is full) can then neither leave the thread asleep beside a queued
+    batch nor leave :meth:`close` blocked, so Ctrl-C and SIGTERM always get through.
     """
+
+    POLL_SECONDS = 0.05
 
     def __init__(self, committer: _Committer, on_commit: Callable[[int], None], depth: int = 1):
         self.committer, self.on_commit = committer, on_commit
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.closing = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._work, name="cache-writer", daemon=True)
         self.thread.start()
 
     def _work(self) -> None:
-        while (item := self.queue.get()) is not None:
+        while True:
+            try:
+                item = self.queue.get(timeout=self.POLL_SECONDS)
+            except queue.Empty:
+                if self.closing.is_set():
+                    return  # every batch submitted before close() is committed
+                continue
             if self.error is not None:
                 continue
             try:
@@ -408,7 +423,7 @@ class _BackgroundCommits:
 
     def close(self, reraise: bool = True) -> None:
         """Wait until every submitted batch is committed (or failed)."""
-        self.queue.put(None)
+        self.closing.set()
         self.thread.join()
         if reraise:
             self._reraise()

@@ -558,3 +558,32 @@ def test_cache_info_refuses_more_committed_than_planned(tmp_path, reference, cap
     assert main(["cache", "info", str(bad)]) == 2
     out, err = capsys.readouterr()
     assert "1000000 of" not in out and "n_committed" in err and str(bad) in err
+
+
+def test_a_batch_queued_without_a_wakeup_is_still_committed_and_close_returns():
+    """A signal can interrupt ``Queue.put`` between storing a batch and waking the writer
+    thread. The writer must still commit that batch, and closing must not block (it hung
+    once on SIGTERM: the main thread joining a writer asleep beside a full queue)."""
+    import threading
+    import time
+
+    from infoprobe.hooks.writer import _BackgroundCommits
+
+    written = []
+
+    class Committer:
+        def write(self, start, arrays):
+            written.append(start)
+
+    commits = _BackgroundCommits(Committer(), lambda size: None, depth=1)
+    commits.submit(0, {"x": np.zeros(2)})
+    deadline = time.monotonic() + 10
+    while written != [0] and time.monotonic() < deadline:  # the writer now waits for more
+        time.sleep(0.01)
+    time.sleep(0.2)
+    commits.queue.queue.append((2, {"x": np.zeros(2)}))  # stored, no wake-up sent
+    closer = threading.Thread(target=commits.close, daemon=True)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive(), "close() blocked"
+    assert written == [0, 2]
