@@ -58,10 +58,11 @@ def main() -> None:
             }
             for device in total:
                 total[device] += times[device]
-            diff = largest_difference(outs["cpu"], outs["cuda"])
+            diff, where = largest_difference(outs["cpu"], outs["cuda"])
             print(
                 f"{family}: cpu {times['cpu']:.1f} s, cuda {times['cuda']:.1f} s "
-                f"({times['cpu'] / times['cuda']:.2f}x); largest difference {diff:.2e}"
+                f"({times['cpu'] / times['cuda']:.2f}x); largest difference {diff:.2e} in "
+                f"{where}"
             )
     print(f"ratio: {total['cpu'] / total['cuda']:.2f}x (all families, cpu / cuda)")
 

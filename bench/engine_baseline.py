@@ -71,24 +71,27 @@ def probe_seconds(
     return time.perf_counter() - start
 
 
-def largest_difference(a: Path, b: Path) -> float:
-    """The largest absolute difference between the float datasets of two results files
-    (inf where their dataset names or shapes differ)."""
+def largest_difference(a: Path, b: Path) -> tuple[float, str]:
+    """The largest absolute difference between the float datasets of two results files and
+    the dataset that holds it (inf where their dataset names or shapes differ)."""
     with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
         names: list[str] = []
         fa.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-        largest = 0.0
+        largest, where = 0.0, ""
         for name in names:
             if name not in fb or fa[name].shape != fb[name].shape:
-                return float("inf")
+                return float("inf"), name
             x, y = fa[name][()], fb[name][()]
-            if x.dtype.kind == "f" and x.size:
-                both = np.isfinite(x) & np.isfinite(y)
-                if not np.array_equal(np.isfinite(x), np.isfinite(y)):
-                    return float("inf")
-                if both.any():
-                    largest = max(largest, float(np.abs(x[both] - y[both].astype(x.dtype)).max()))
-    return largest
+            if x.dtype.kind != "f" or not x.size:
+                continue
+            if not np.array_equal(np.isfinite(x), np.isfinite(y)):
+                return float("inf"), name
+            both = np.isfinite(x)
+            if both.any():
+                gap = float(np.abs(x[both] - y[both].astype(x.dtype)).max())
+                if gap > largest:
+                    largest, where = gap, name
+    return largest, where
 
 
 def engine_table(
@@ -103,14 +106,14 @@ def engine_table(
             name: probe_seconds(cache, control, probe, outs[name], threads=threads, **kwargs)
             for name, kwargs in runs.items()
         }
-        same = largest_difference(outs["baseline"], outs["kernel"])
-        rounding = largest_difference(outs["kernel"], outs["autograd"])
+        same, same_at = largest_difference(outs["baseline"], outs["kernel"])
+        rounding, rounding_at = largest_difference(outs["kernel"], outs["autograd"])
     print(
         f"{probe} probe, {threads} thread(s): {baseline} (before the one engine) "
         f"{times['baseline']:.1f} s; the engine with the kernel {times['kernel']:.1f} s "
-        f"(largest difference from {baseline}: {same:.2e}); the engine's autograd step "
-        f"{times['autograd']:.1f} s ({times['autograd'] / times['kernel']:.2f}x the kernel; "
-        f"largest difference {rounding:.2e})"
+        f"(largest difference from {baseline}: {same:.2e} {same_at}); the engine's autograd "
+        f"step {times['autograd']:.1f} s ({times['autograd'] / times['kernel']:.2f}x the "
+        f"kernel; largest difference {rounding:.2e} in {rounding_at})"
     )
     keep = times["autograd"] > KERNEL_RULE * times["kernel"]
     print(

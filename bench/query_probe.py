@@ -30,6 +30,7 @@ Measured in one run:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -41,11 +42,11 @@ from cache_common import make_checkpoint, print_environment
 from engine_baseline import BASELINE, engine_table
 from ridge_workload import matmul_peak_gflops
 
-import infoprobe.pipeline.probing as probing_module
 from infoprobe.hooks import layer_sites, open_cache
 from infoprobe.pipeline.caching import cache_checkpoint
 from infoprobe.pipeline.probing import ProbeSettings, probe_cache
 from infoprobe.probes import native
+from infoprobe.probes.families import family, register
 from infoprobe.probes.split import TRAIN, VAL, make_split
 
 TARGET_S = 60.0
@@ -137,18 +138,18 @@ def run(args: argparse.Namespace) -> None:
     def query_probe() -> tuple[float, float, list]:
         """Wall and CPU seconds of the query probe, and its three fits."""
         fits = []  # record every query fit of the run (probe, random-init, shuffled)
-        original = probing_module.fit_query_probe_sets
+        original = family("query")
 
         def recording(*a, **kw):
-            fits.extend(original(*a, **kw))
+            fits.extend(original.fit(*a, **kw))
             return fits[-len(a[0]) :]
 
-        probing_module.fit_query_probe_sets = recording
+        register(dataclasses.replace(original, fit_sets=recording))
         wall, cpu = time.perf_counter(), time.process_time()
         try:
             probe_cache(args.cache, control_path=args.control, settings=settings, progress=False)
         finally:
-            probing_module.fit_query_probe_sets = original
+            register(original)
         return time.perf_counter() - wall, time.process_time() - cpu, fits
 
     t_query, cpu_query, fits = query_probe()

@@ -18,7 +18,6 @@ from handset import handset_model, near_ties, true_partners, true_sets
 
 from infoprobe.base.fdr import FDRLevelError
 from infoprobe.hooks import capture, layer_sites
-from infoprobe.pipeline.probe_settings import CRITIC_BUDGET
 from infoprobe.probes import native
 from infoprobe.probes.batched_training import Workspace, autograd_step, eval_loss, train_step
 from infoprobe.probes.critic import (
@@ -28,10 +27,13 @@ from infoprobe.probes.critic import (
     min_test_samples,
 )
 from infoprobe.probes.errors import SplitTooSmallError
+from infoprobe.probes.families import family as probe_family
 from infoprobe.probes.linear import ProbeTargets, fit_linear_probes
 from infoprobe.probes.observed import ThresholdError, Thresholds, corrected_errors
 from infoprobe.probes.query import fit_query_probe
 from infoprobe.probes.split import TEST, TRAIN, VAL, make_split
+
+CRITIC_BUDGET = probe_family("critic").default_budget()
 
 T, D, POSITION, N = 8, 4, 3, 3000
 

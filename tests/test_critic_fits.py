@@ -21,10 +21,12 @@ import torch
 from handset import handset_model, near_ties, true_partners, true_sets
 
 from infoprobe.hooks import capture, layer_sites
-from infoprobe.pipeline.probe_settings import CRITIC_BUDGET
 from infoprobe.probes.critic import critic_members, fit_critic_probe
+from infoprobe.probes.families import family
 from infoprobe.probes.refits import FAILURES
 from infoprobe.probes.split import TEST, TRAIN, VAL, make_split
+
+CRITIC_BUDGET = family("critic").default_budget()
 
 T, D, POSITION, OFFSET, N = 8, 2, 5, 3, 4096
 EMPTY = 4

@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for row in layer_summary(results):
         line = f"layer {row['layer']} ({row['site']}): mean {row['score_name']} "
-        line += f"{row['mean_r2']:.3f}"
+        line += f"{row['mean_score']:.3f}"
         if "cls_observed" in row:
             line += (
                 f", positions observed: CLS {row['cls_observed']}, "

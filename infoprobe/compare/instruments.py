@@ -30,6 +30,7 @@ from infoprobe.base.fdr import benjamini_hochberg
 from infoprobe.compare.fit_flags import flagged_cells
 from infoprobe.compare.observations import Observations
 from infoprobe.influence.sets import AGGREGATE_SHARE_LEVEL
+from infoprobe.probes.families import family
 from infoprobe.probes.observed import (
     DEFAULT_SHARE,
     DEFAULT_TAU_SAMPLE,
@@ -74,20 +75,24 @@ CRITIC_NULL = "mismatched pairs: rank of the sample's own x(s) among other sampl
 
 
 def critic_decodability(
-    results: Any, *, score: ScoreKind = "r2", provenance: dict[str, Any] | None = None
+    results: Any,
+    *,
+    probe: str = "critic",
+    score: ScoreKind = "r2",
+    provenance: dict[str, Any] | None = None,
 ) -> Observations:
-    """The critic's results (:mod:`infoprobe.probes.critic`) as observations: per sample its
-    Benjamini–Hochberg sets, its pointwise V-information (members above) and its rank
-    p-values; aggregate the share of samples in the sets ("r2") or that share minus the
-    largest control's ("selectivity")."""
+    """A density family's results (the critic, :mod:`infoprobe.probes.critic`) as
+    observations: per sample its Benjamini–Hochberg sets, its pointwise V-information
+    (members above) and its rank p-values; aggregate the share of samples in the sets
+    ("r2") or that share minus the largest control's ("selectivity")."""
     control = "none" if score == "r2" else "selectivity"
-    key = (TARGETS, "critic", control, "share")
-    sample = (TARGETS, "critic", "none")
+    key = (TARGETS, probe, control, "share")
+    sample = (TARGETS, probe, "none")
     missing = [k for k in (key, (*sample, "pvi"), (*sample, "p_value"))
                if k not in results.scores and k not in results.sample_scores]  # fmt: skip
     if missing:
         raise InstrumentError(
-            f"critic results lack {missing}; re-run `infoprobe probe --probe critic`"
+            f"{probe} results lack {missing}; re-run `infoprobe probe --probe {probe}`"
         )
     thresholds = results.thresholds or {}
     return Observations(
@@ -97,7 +102,7 @@ def critic_decodability(
         aggregate=results.observed.get((TARGETS, "aggregate")),
         score=np.asarray(results.scores[key], dtype=np.float64),
         member_when="above",
-        sample_score_name="pointwise V-information (nats, critic)",
+        sample_score_name=f"pointwise V-information (nats, {probe})",
         score_name="share of samples in the critic's sets"
         + ("" if score == "r2" else " − control"),
         tau_sample=None,
@@ -107,8 +112,8 @@ def critic_decodability(
         provenance=dict(provenance or {}),
         null_p=np.asarray(results.sample_scores[(*sample, "p_value")], dtype=np.float64),
         null_name=CRITIC_NULL,
-        label=beside_name("critic"),
-        fit_failures=flagged_cells(results, "critic"),
+        label=beside_name(probe),
+        fit_failures=flagged_cells(results, probe),
     )
 
 
@@ -124,8 +129,9 @@ def decodability(
     """Probe results (:class:`~infoprobe.probes.results.ProbeResults`) as observations.
 
     x_test: the inputs of the results' test samples ``[n_test, T, d]``, in ``test_index``
-    order. probe: "linear", "mlp", "query" or "critic" (default: the one the results were
-    run with; the critic: :func:`critic_decodability`, which needs no inputs).
+    order. probe: a family in the results (default: the one the results were run with; a
+    density family such as the critic: :func:`critic_decodability`, which needs no
+    inputs).
     score: aggregate score, test R² ("r2") or R² minus the largest control ("selectivity").
     ratio: per-sample membership threshold on the corrected error (see the module doc;
     default: the results file's ``tau_sample`` where its sets were made by the same rule,
@@ -133,8 +139,8 @@ def decodability(
     here are those in the file.
     """
     probe = pick_probe(results, probe)
-    if probe == "critic":
-        return critic_decodability(results, score=score, provenance=provenance)
+    if family(probe).kind == "density":
+        return critic_decodability(results, probe=probe, score=score, provenance=provenance)
     control = "none" if score == "r2" else "selectivity"
     key = (TARGETS, probe, control, "r2")
     if key not in results.scores:
@@ -196,10 +202,11 @@ def random_init_control(
     cache, the same test samples) as a per-sample instrument controlling ``of``: its PVI,
     p-values and sets at ``q`` as recorded; None for results without it (another probe
     family, whose controls are aggregate R² only, or a run without --control)."""
-    key = (TARGETS, "critic", "random_init")
+    probe = (results.settings or {}).get("probe", "critic")
+    key = (TARGETS, probe, "random_init")
     if (*key, "pvi") not in results.sample_scores:
         return None
-    main = critic_decodability(results, provenance=provenance)
+    main = critic_decodability(results, probe=probe, provenance=provenance)
     p_value = np.asarray(results.sample_scores[(*key, "p_value")], dtype=np.float64)
     q = (results.thresholds or {}).get("q")
     return replace(
@@ -208,10 +215,10 @@ def random_init_control(
         per_sample=None if q is None else benjamini_hochberg(p_value, q, axis=1),  # per cell
         sample_score=np.asarray(results.sample_scores[(*key, "pvi")], dtype=np.float64),
         aggregate=None,
-        score=np.asarray(results.scores[(TARGETS, "critic", "random_init", "share")], np.float64),
+        score=np.asarray(results.scores[(*key, "share")], np.float64),
         null_p=p_value,
         control_of=of,
-        fit_failures=flagged_cells(results, "critic", "random_init"),
+        fit_failures=flagged_cells(results, probe, "random_init"),
     )
 
 

@@ -34,18 +34,16 @@ from infoprobe.probes.controls import (
     control_level,
     shuffled_pairing,
 )
-from infoprobe.probes.critic import fit_critic_probe_sets
 from infoprobe.probes.errors import ProbeInputError
+from infoprobe.probes.families import family
 from infoprobe.probes.linear import LinearProbeScores, ProbeTargets, fit_linear_probes
 from infoprobe.probes.metrics import identification_hits
-from infoprobe.probes.mlp import MLPProbeFit, fit_mlp_probe_sets
 from infoprobe.probes.observed import (
     DEFAULT_SHARE,
     aggregate_observed,
     pad_cls,
     per_sample_observed,
 )
-from infoprobe.probes.query import QueryProbeFit, fit_query_probe_sets
 from infoprobe.probes.results import ProbeResults
 from infoprobe.probes.split import TEST, TRAIN, VAL
 from infoprobe.probes.targets import AttentionRole, gather_partner_inputs
@@ -151,11 +149,12 @@ def probe_cache(
             settings,
             progress,
         )
+        kind = family(settings.probe).kind
         if settings.targets == "roles":
             run.probe_roles(partners)
-        elif settings.probe == "linear":
+        elif kind == "closed_form":
             run.probe_positions_linear()
-        elif settings.probe == "critic":
+        elif kind == "density":
             run.probe_positions_critic()
         else:
             run.probe_positions_batched()
@@ -362,7 +361,7 @@ class _ProbeRun:
         idx = [np.flatnonzero(self.split == s) for s in (TRAIN, VAL, TEST)]
         datasets, controls = self.batched_datasets()
         th = self.settings.thresholds
-        fits = fit_critic_probe_sets(
+        fits = family(self.settings.probe).fit(
             datasets,
             *idx,
             hidden=self.settings.mlp_hidden,
@@ -412,16 +411,15 @@ class _ProbeRun:
         if self.control is not None:
             self.put_cells(Control.RANDOM_INIT, Metric.R2, fits[1].r2)
         self.position_sets()
-        if isinstance(fit, QueryProbeFit):
+        if getattr(fit, "errors", None) is not None:  # a family with per-sample errors
             self.per_sample_sets(self.put_errors(fit.errors))
 
     def fit_batched(
         self, datasets: list[tuple[np.ndarray, np.ndarray]], idx: list[np.ndarray]
-    ) -> list[MLPProbeFit] | list[QueryProbeFit]:
-        """The MLP or query probes of ``datasets`` (``(states [n, C, E], x [n, T, d])``)
-        with the settings' width and budget, one fit per dataset."""
-        fit_sets = fit_mlp_probe_sets if self.settings.probe == "mlp" else fit_query_probe_sets
-        return fit_sets(
+    ) -> list:
+        """The regression family's probes of ``datasets`` (``(states [n, C, E], x [n, T,
+        d])``) with the settings' width and budget, one fit per dataset."""
+        return family(self.settings.probe).fit(
             datasets,
             *idx,
             hidden=self.settings.mlp_hidden,

@@ -9,20 +9,16 @@ from typing import Any
 import numpy as np
 
 from infoprobe.probes.errors import ProbeInputError, SplitTooSmallError
+from infoprobe.probes.families import FAMILY_NAMES, family
 from infoprobe.probes.observed import Thresholds
 from infoprobe.probes.settings import DEFAULT_ALPHAS, TrainingBudget
 from infoprobe.probes.split import DEFAULT_FRACTIONS, TEST, check_fractions, make_split
 
-PROBES = ("linear", "mlp", "query", "critic")
-"""The probe families (the one list every command and setting checks against)."""
+PROBES = FAMILY_NAMES
+"""The probe families' names (:mod:`infoprobe.probes.families`: the one registry every
+command and setting checks against)."""
 TARGETS = ("positions", "roles")
 
-
-CRITIC_BUDGET = TrainingBudget(lr=1e-2)
-"""The critic's budget when none is given (a budget equal to ``TrainingBudget()`` counts as
-none): its mixture density is fitted by maximum likelihood, whose content components need
-larger steps than a regression (on the planted content-copy model, 100 epochs at lr 1e-3
-reach a recall of 0.50 on the content-selected key, at 1e-2 1.00)."""
 
 BUDGET_KEYS = {"epochs": "mlp_epochs", "patience": "mlp_patience"}
 BUDGET_KEYS |= {"batch_size": "mlp_batch_size", "lr": "mlp_lr"}
@@ -34,10 +30,11 @@ class ProbeSettings:
     """Everything that determines a probing run (stored in the results file).
 
     Attributes:
-        probe: ``linear`` (ridge, streamed), ``mlp`` (batched MLP probes), ``query``
-            (query-conditioned MLP: per-sample errors) or ``critic`` (mixture density of
-            x(s) given the state: per-sample V-information and p-values against mismatched
-            pairs; :mod:`infoprobe.probes.critic`).
+        probe: a registered family (:mod:`infoprobe.probes.families`): ``linear`` (ridge,
+            streamed), ``mlp`` (batched MLP probes), ``query`` (query-conditioned MLP:
+            per-sample errors), ``critic`` (mixture density of x(s) given the state:
+            per-sample V-information and p-values against mismatched pairs;
+            :mod:`infoprobe.probes.critic`), or one of your own.
         targets: ``positions`` (x(s) for every data position) or ``roles`` (x at the key
             each head attends to ``ranks``-th most; linear probe only).
         alphas: ridge λ grid, chosen per probe on validation.
@@ -47,9 +44,10 @@ class ProbeSettings:
         block_size: samples per streamed block (``None``: about 64 MiB of states).
         thresholds: membership thresholds of the observed sets.
         mlp_hidden: hidden width of the MLP / query probes.
-        budget: the training budget of the MLP / query / critic probes, the same for every
-            probe (:class:`~infoprobe.probes.batched_training.TrainingBudget`; the critic's
-            default is :data:`CRITIC_BUDGET`).
+        budget: the training budget of a trained family, the same for every probe
+            (:class:`~infoprobe.probes.batched_training.TrainingBudget`; a budget equal to
+            ``TrainingBudget()`` counts as none given: the family's own default, e.g. the
+            critic's lr 1e-2).
         device: torch device.
     """
 
@@ -69,11 +67,10 @@ class ProbeSettings:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.probe not in PROBES:
-            raise ProbeInputError(f"probe: expected one of {PROBES}, got {self.probe!r}")
+        chosen = family(self.probe)
         if self.targets not in TARGETS:
             raise ProbeInputError(f"targets: expected one of {TARGETS}, got {self.targets!r}")
-        if self.targets == "roles" and self.probe != "linear":
+        if self.targets == "roles" and chosen.trained:
             raise ProbeInputError(
                 f"targets 'roles': expected probe 'linear', got {self.probe!r} "
                 "(role targets use the streamed ridge probes)"
@@ -99,8 +96,8 @@ class ProbeSettings:
                 f"budget: expected a TrainingBudget, got {type(self.budget).__name__} "
                 f"{self.budget!r}"
             )
-        if self.probe == "critic" and self.budget == TrainingBudget():
-            object.__setattr__(self, "budget", CRITIC_BUDGET)
+        if self.budget == TrainingBudget():  # none given: the family's own
+            object.__setattr__(self, "budget", chosen.default_budget())
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict. The budget is flattened into ``mlp_epochs``,
@@ -126,10 +123,7 @@ class ProbeSettings:
         when a part would be too small, or the test part below the critic's
         :func:`~infoprobe.probes.critic.check_test_split`)."""
         split = make_split(n, self.fractions, self.split_seed)
-        if self.probe == "critic":
-            from infoprobe.probes.critic import check_test_split
-
-            check_test_split(int((split == TEST).sum()), self.thresholds.q)
+        family(self.probe).check_split(int((split == TEST).sum()), self.thresholds.q)
         return split
 
     def test_rows(self, n: int) -> np.ndarray:

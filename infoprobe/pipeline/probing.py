@@ -21,6 +21,7 @@ import numpy as np
 from infoprobe.base.atomic import locked_output, refuse_existing, remove_stale_temps
 from infoprobe.pipeline.probe_run import Control, Metric, probe_cache
 from infoprobe.pipeline.probe_settings import BUDGET_KEYS, PROBES, TARGETS, ProbeSettings
+from infoprobe.probes.families import family
 from infoprobe.probes.results import FORMAT as RESULTS_FORMAT
 from infoprobe.probes.results import ProbeResults
 
@@ -75,16 +76,17 @@ def layer_summary(results: ProbeResults) -> list[dict[str, Any]]:
     """
     probe = results.settings.get("probe", "linear")
     targets = results.settings.get("targets", "positions")
-    metric = "v_information" if probe == "critic" else "r2"
-    r2 = results.score(metric, targets, probe)
+    density = family(probe).kind == "density"
+    metric = "v_information" if density else "r2"
+    scores = results.score(metric, targets, probe)
     observed = results.observed.get((targets, "aggregate"))
     rows = []
     for layer in results.layers:
         row: dict[str, Any] = {
             "layer": layer,
             "site": results.sites[layer],
-            "score_name": "V-information (nats)" if probe == "critic" else "R²",
-            "mean_r2": float(np.nanmean(r2[layer])),
+            "score_name": "V-information (nats)" if density else "R²",
+            "mean_score": float(np.nanmean(scores[layer])),
         }
         if observed is not None:
             counts = observed[layer, :, : results.T].sum(-1)

@@ -15,6 +15,7 @@ from infoprobe.pipeline.cache_settings import CACHE_BATCH_OPTION, CacheSettings,
 from infoprobe.pipeline.errors import RunFolderError
 from infoprobe.pipeline.probe_settings import PROBES, ProbeSettings
 from infoprobe.probes.errors import ProbeInputError
+from infoprobe.probes.families import family
 
 CONTROL_SEED = 12_345
 """Initialisation seed of the random-init control model (fixed, never tuned)."""
@@ -88,7 +89,7 @@ class RunSettings:
     def beside(self) -> tuple[ProbeSettings, ...]:
         """The probe stages beside the main one: the linear probe when ``linear_beside``
         and the main family is another."""
-        if not self.linear_beside or self.probe == "linear":
+        if not self.linear_beside or not family(self.probe).trained:
             return ()
         return (ProbeSettings(probe="linear", device=self.device),)
 
