@@ -168,6 +168,14 @@ class BatchedProbes(nn.Module):
         """Mean squared error per probe, shape ``probe_shape``; ``y`` is ``[b, S, k]``."""
         return ((self(x) - y.permute(1, 2, 0)) ** 2).mean(dim=self.loss_dims)
 
+    def mean_loss(self, y: torch.Tensor) -> torch.Tensor | None:
+        """The loss of predicting the training mean (0 in standardised units) for the
+        probes of one cell, ``y [b, S, k]`` → ``probe_shape[1:]``; None for a family whose
+        loss is not the squared error (it defines its own :meth:`per_probe_loss`)."""
+        if type(self).per_probe_loss is not BatchedProbes.per_probe_loss:
+            return None
+        return (y.permute(1, 2, 0).unsqueeze(0) ** 2).mean(dim=self.loss_dims)[0]
+
     def arrays(self) -> dict[str, np.ndarray]:
         """Parameters as float32 numpy arrays (leading axes ``probe_shape``)."""
         return {

@@ -154,6 +154,12 @@ def memory_budget(device: torch.device, requested: int) -> int:
     return max(1, int(free * DEVICE_MEMORY_SHARE))
 
 
+def _mean_loss(probe: BatchedProbes, z_val: torch.Tensor, shape: tuple) -> np.ndarray | None:
+    """:meth:`BatchedProbes.mean_loss` of the validation targets for every probe, ``shape``."""
+    mean = probe.mean_loss(z_val.cpu())
+    return None if mean is None else np.broadcast_to(mean.double().numpy(), shape).copy()
+
+
 def step_bytes(design: ProbeDesign, budget: TrainingBudget) -> int:
     """Bytes per cell a CPU training step streams through: the accelerator's where it
     serves the design's module, else the design's ``activation_bytes_per_cell``."""
@@ -223,6 +229,9 @@ class ChunkedFit:
     failures: np.ndarray | None = None
     """``[C, ...probe axes]`` uint8: why each probe's kept fit failed (0: it did not;
     bits as :data:`~infoprobe.probes.refits.FAILURES`)."""
+    mean_val_loss: np.ndarray | None = None
+    """``[C, ...probe axes]``: the validation loss of predicting the training mean (a
+    squared-error family; None for another loss)."""
 
 
 Dataset = tuple[object, np.ndarray]
@@ -341,8 +350,9 @@ def fit_chunked(
     finally:
         torch.set_num_threads(threads)  # the workers' setting is process-wide: restore it
     overall.close()
+    probe = design.make_module(range(1), None)
     fits = []
-    for (X, _), stats, parts in zip(datasets, y_stats, results, strict=True):
+    for d, ((X, _), stats, parts) in enumerate(zip(datasets, y_stats, results, strict=True)):
         test_parts, arrays, best_val, best_epoch, epochs_run, start_val, val_stats = map(
             list, zip(*parts, strict=True)
         )
@@ -362,6 +372,7 @@ def fit_chunked(
                 starts=np.ones(n_cells, dtype=np.int64),
                 val_stats=None if val_stats[0] is None else np.concatenate(val_stats),
                 val_names=design.statistics,
+                mean_val_loss=_mean_loss(probe, z[d][val_idx], np.concatenate(best_val).shape),
             )
         )
     return fits

@@ -6,7 +6,11 @@ optimum (a mixture component that never took the content it should hold) or be c
 and nothing in its test scores says so. After the fit each probe (a cell, or a (cell,
 target) pair for the MLP probes) is judged from its **validation** samples only:
 
-- ``no_progress``: its best validation loss is not below that of its initial weights;
+- ``no_progress``: its best validation loss is not below that of its initial weights
+  (for a squared-error probe: unless it is within :data:`MEAN_MARGIN` of the loss of
+  predicting the training mean: a probe of a state that holds nothing of its target can
+  do no better than the mean, and one that starts there has nothing to improve: an empty
+  cell is a result, not a failure);
 - what the probe's design reads in its validation statistics: ``below_null`` (the critic:
   a density below the null it contains at some position) and ``below_linear`` (worse
   than a ridge reference where that reference clearly reads x(s): for the critic in
@@ -31,8 +35,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["FAILURES", "failure_names", "fit_failures", "refit_failed"]
+__all__ = ["FAILURES", "MEAN_MARGIN", "failure_names", "fit_failures", "refit_failed"]
 
+MEAN_MARGIN = 0.01
+"""A squared-error probe whose best validation loss is within this fraction of the mean
+predictor's loss made no progress only because none was possible (``no_progress``)."""
 FAILURES = ("no_progress", "below_null", "below_linear")
 """The failure reasons: bit i of a reason code is ``FAILURES[i]`` (0: a good fit)."""
 
@@ -46,7 +53,11 @@ def fit_failures(engine, judge=None) -> np.ndarray:
     """Reason codes ``[C, ...probe axes]`` (uint8, 0 = a good fit) of one fitted dataset
     (:class:`~infoprobe.probes.chunked_fit.ChunkedFit`); ``judge``: the design's reading of
     its validation statistics (failure bits ``[C, ...]``), if any."""
-    codes = (~(engine.best_val_loss < engine.start_val_loss)).astype(np.uint8)  # NaN: failed
+    stuck = ~(engine.best_val_loss < engine.start_val_loss)  # NaN: failed
+    mean = getattr(engine, "mean_val_loss", None)
+    if mean is not None:
+        stuck &= ~(engine.best_val_loss <= mean * (1 + MEAN_MARGIN))
+    codes = stuck.astype(np.uint8)
     if judge is not None and engine.val_stats is not None:
         bits = np.asarray(judge(engine.val_stats), dtype=np.uint8)
         while bits.ndim > codes.ndim:  # per position, for a probe of a whole cell

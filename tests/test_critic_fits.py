@@ -164,3 +164,30 @@ def test_an_mlp_or_query_fit_below_the_linear_reference_is_refit_then_flagged(fa
     assert (cut.engine.starts == [3, 3, 1]).all()
     good = fit_fn(X, Y, *splits, hidden=16, budget=TrainingBudget(lr=1e-2), progress=False)
     assert not good.engine.failures.any() and (good.engine.starts == 1).all()
+
+
+@pytest.mark.parametrize("family", ["mlp", "query"])
+def test_an_mlp_or_query_probe_of_an_empty_state_is_a_result_not_a_failure(family):
+    """A state that holds nothing of its targets (here a constant one) can be read no
+    better than the training mean: a probe that starts there and stays is not flagged,
+    while the probes of an informative state beside it train as usual."""
+    from infoprobe.probes.mlp import fit_mlp_probes
+    from infoprobe.probes.query import fit_query_probe
+
+    rng = np.random.default_rng(3)
+    n, S, k = 900, 16, 2
+    Y = rng.normal(size=(n, S, k)).astype(np.float32)
+    X = np.zeros((n, 2, 6), dtype=np.float32)  # cell 0: constant (the CLS token at layer 0)
+    X[:, 1] = np.tanh(Y[:, :3].reshape(n, -1)) + 0.1 * rng.normal(size=(n, 6))
+    order = rng.permutation(n)
+    splits = np.sort(order[:600]), np.sort(order[600:750]), np.sort(order[750:])
+    # validation means off the training means, as sampling makes them: from some starts
+    # every step towards the training mean moves away from the validation mean
+    Y[splits[1]] += 0.15
+    fit_fn = fit_mlp_probes if family == "mlp" else fit_query_probe
+    fit = fit_fn(X, Y, *splits, hidden=16, progress=False)
+    engine = fit.engine
+    assert (engine.failures[0] == 0).all(), engine.failures
+    assert (engine.starts[0] == 1) and fit.r2[1].max() > 0.3
+    # the mean predictor's loss is what the empty cell's probes reach, to within the margin
+    assert (engine.best_val_loss[0] <= engine.mean_val_loss[0] * 1.01).all()
