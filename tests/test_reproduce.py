@@ -671,3 +671,21 @@ def test_the_separation_pilot_sits_where_infoflow_separates_the_architectures():
     assert alphas == {(2, 2): 1, (1, 2): 32 * 4 / 32 - 1}
     assert {p.coords["width"] for p in prof.points} == {16, 256}
     assert sum(p.seeds or prof.seeds for p in prof.points) == 8
+
+
+def test_results_json_is_kept_when_only_its_time_would_change(tmp_path):
+    """A resumed sweep that finished nothing new rewrites no file (studies are committed
+    piece by piece: a new `created` alone is churn); any other change is written."""
+    import math
+
+    from infoprobe.base.header import make_header
+    from infoprobe.reproduce.results import RESULTS_FORMAT, write_results
+
+    results = {**make_header(RESULTS_FORMAT, 2), "configs": [{"nmse": math.nan, "n": 1}]}
+    path = write_results(results, tmp_path)
+    before = path.read_bytes()
+    later = {**results, "created": "2099-01-01T00:00:00Z"}
+    assert write_results(later, tmp_path) == path and path.read_bytes() == before
+    changed = {**later, "configs": [{"nmse": 0.5, "n": 1}]}
+    write_results(changed, tmp_path)
+    assert json.loads(path.read_text()) == changed

@@ -120,11 +120,30 @@ def gather(
 
 def write_results(results: Mapping[str, Any], out_dir: str | Path) -> Path:
     """Write ``out_dir/results.json`` (temp name + rename), replacing only a results.json
-    of a sweep (its ``format``)."""
+    of a sweep (its ``format``); one that holds the same results but for its ``created``
+    time is kept as it is (a resumed sweep that finished nothing new changes no file)."""
     path = Path(out_dir) / RESULTS
+    if _same_results(path, results):
+        return path
     with atomic_output(path, overwrite=True, what="sweep results", kind=RESULTS_FORMAT) as tmp:
         tmp.write_text(json.dumps(results, indent=1, allow_nan=True))
     return path
+
+
+def _same_results(path: Path, results: Mapping[str, Any]) -> bool:
+    """Whether ``path`` is a JSON file holding ``results`` but for the ``created`` field."""
+    try:
+        old = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError, RecursionError):
+        return False
+    if not isinstance(old, dict):
+        return False
+
+    def text(document: Mapping[str, Any]) -> str:
+        kept = {key: value for key, value in document.items() if key != "created"}
+        return json.dumps(kept, indent=1, allow_nan=True)
+
+    return text(old) == text(results)
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
