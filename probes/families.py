@@ -10,8 +10,15 @@ module alone: nothing else is edited)::
     from infoprobe.probes.families import ProbeFamily, register
     register(ProbeFamily("mine", "my probe", kind="regression", fit_sets=fit_my_probe_sets))
 
-then ``infoprobe probe acts.h5 --probe mine`` in the same process, ``probe_cache(...,
-settings=ProbeSettings(probe="mine"))`` in Python. A ``regression`` family's
+then ``probe_cache(..., settings=ProbeSettings(probe="mine"))`` in that process; or, for
+every process, the ``infoprobe`` command included, an entry point of your distribution
+naming the entry (its name must be the family's)::
+
+    [project.entry-points."infoprobe.probe_families"]
+    mine = "mypkg.probes:MINE"
+
+A family that fails to import, or that claims a built-in's name, makes only its own name
+unavailable. A ``regression`` family's
 ``fit_sets(datasets, train_idx, val_idx, test_idx, *, hidden, budget, device, progress)``
 returns one fit per ``(X [n, C, E], Y [n, S, k])`` dataset with ``r2`` and ``nmse`` ``[C,
 S]``, ``test_pred [n_test, C, S, k]`` and ``engine`` (:class:`~infoprobe.probes.chunked_fit.
@@ -26,10 +33,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from infoprobe.base.plugins import load_entry_points
 from infoprobe.probes.errors import ProbeInputError
 from infoprobe.probes.settings import TrainingBudget
 
-__all__ = ["FAMILY_NAMES", "KINDS", "ProbeFamily", "family", "register"]
+__all__ = ["FAMILY_NAMES", "GROUP", "KINDS", "ProbeFamily", "discover_families", "family",
+           "register"]  # fmt: skip
+
+GROUP = "infoprobe.probe_families"
+"""The entry-point group a distribution lists its probe families in."""
 
 Kind = Literal["closed_form", "regression", "density"]
 KINDS: dict[str, str] = {
@@ -95,6 +107,12 @@ def _resolve(target: Callable[..., Any] | str | None) -> Callable[..., Any]:
 
 
 _FAMILIES: dict[str, ProbeFamily] = {}
+_BUILT_IN: set[str] = set()
+_INSTALLED: set[str] = set()
+"""The names registered from entry points (a refresh replaces them)."""
+_REFUSED: dict[str, str] = {}
+"""Entry points that could not be registered: name -> why (their names stay unavailable)."""
+_discovered = False
 
 
 def register(entry: ProbeFamily) -> ProbeFamily:
@@ -103,11 +121,39 @@ def register(entry: ProbeFamily) -> ProbeFamily:
     return entry
 
 
+def discover_families(refresh: bool = False) -> dict[str, str]:
+    """Register the families of the entry-point group :data:`GROUP` (once per process, or
+    again with ``refresh``); returns the entry points refused, name -> why."""
+    global _discovered
+    if _discovered and not refresh:
+        return dict(_REFUSED)
+    _discovered = True
+    for name in _INSTALLED:
+        _FAMILIES.pop(name, None)
+    _INSTALLED.clear()
+    _REFUSED.clear()
+    for ep in load_entry_points(GROUP):
+        target = ep.target
+        if ep.error is not None:
+            _REFUSED[ep.name] = f"{ep.origin}: {ep.error}"
+        elif not isinstance(target, ProbeFamily) or target.name != ep.name:
+            _REFUSED[ep.name] = f"{ep.origin}: expected a ProbeFamily named {ep.name!r}"
+        elif ep.name in _BUILT_IN:
+            _REFUSED[ep.name] = f"{ep.origin}: {ep.name!r} is a built-in family's name"
+        else:
+            _INSTALLED.add(register(target).name)
+    return dict(_REFUSED)
+
+
 def family(name: str) -> ProbeFamily:
-    """The family registered as ``name`` (:class:`ProbeInputError` naming the known ones)."""
+    """The family registered as ``name`` (:class:`ProbeInputError` naming the known ones,
+    or why an installed one is unavailable)."""
+    discover_families()
     try:
         return _FAMILIES[name]
     except (KeyError, TypeError):
+        if isinstance(name, str) and name in _REFUSED and name not in _FAMILIES:
+            raise ProbeInputError(f"probe {name!r} is unavailable: {_REFUSED[name]}") from None
         raise ProbeInputError(f"probe: expected one of {tuple(_FAMILIES)}, got {name!r}") from None
 
 
@@ -116,19 +162,24 @@ class _Names(Sequence[str]):
     (argparse's ``choices`` and the settings' checks see families registered later)."""
 
     def __getitem__(self, index):  # type: ignore[override]
-        return tuple(_FAMILIES)[index]
+        return self._names()[index]
 
     def __len__(self) -> int:
-        return len(_FAMILIES)
+        return len(self._names())
 
     def __iter__(self) -> Iterator[str]:
-        return iter(tuple(_FAMILIES))
+        return iter(self._names())
 
     def __contains__(self, name: object) -> bool:
-        return name in _FAMILIES
+        return name in self._names()
 
     def __repr__(self) -> str:
-        return repr(tuple(_FAMILIES))
+        return repr(self._names())
+
+    @staticmethod
+    def _names() -> tuple[str, ...]:
+        discover_families()
+        return tuple(_FAMILIES)
 
 
 FAMILY_NAMES: Sequence[str] = _Names()
@@ -164,3 +215,4 @@ register(
         check_test_split="infoprobe.probes.critic:check_test_split",
     )
 )
+_BUILT_IN.update(_FAMILIES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +141,56 @@ def test_no_code_outside_a_family_module_asks_for_a_family_by_name():
             if pattern.search(line):
                 found.append(f"{relative}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+TOY = ProbeFamily(
+    "toy-installed", "a linear map trained by Adam", "regression", fit_sets=fit_linear_sets
+)
+"""An installed family: the entry point of the distribution below names it."""
+
+
+@pytest.fixture
+def installed(tmp_path):
+    """A distribution 'toy-probes' on sys.path: entry point 'toy-installed' (a family), one
+    that fails to import ('broken') and one claiming a built-in name ('critic')."""
+    from infoprobe.probes.families import GROUP, discover_families
+
+    info = tmp_path / "toy_probes-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-probes\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        f"[{GROUP}]\ntoy-installed = test_probe_families:TOY\n"
+        "broken = toy_probes_missing:FAMILY\ncritic = test_probe_families:TOY\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield discover_families(refresh=True)
+    finally:
+        sys.path.remove(str(tmp_path))
+        discover_families(refresh=True)
+        assert "toy-installed" not in FAMILY_NAMES
+
+
+def test_an_installed_family_is_found_and_a_broken_one_blocks_only_its_name(installed):
+    assert family("toy-installed") is TOY and "toy-installed" in FAMILY_NAMES
+    assert set(installed) == {"broken", "critic"}
+    assert family("critic").kind == "density"  # the built-in keeps its name
+    with pytest.raises(ProbeInputError, match="entry point 'broken = toy_probes_missing"):
+        family("broken")
+    from infoprobe.pipeline.probe_settings import ProbeSettings
+
+    assert ProbeSettings(probe="toy-installed").probe == "toy-installed"
+
+
+def test_a_new_process_offers_an_installed_family_on_the_command_line(installed):
+    """The `infoprobe` command itself (a fresh process) lists the installed family among
+    --probe's choices."""
+    import os
+    import subprocess
+
+    site = next(p for p in sys.path if (Path(p) / "toy_probes-0.1.dist-info").is_dir())
+    path = os.pathsep.join([site, str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-m", "infoprobe", "probe", "--help"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path},
+                          check=True)  # fmt: skip
+    assert "{linear,mlp,query,critic,toy-installed}" in " ".join(done.stdout.split())
