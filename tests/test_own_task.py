@@ -13,6 +13,7 @@ from functools import cached_property, partial
 
 import numpy as np
 import pytest
+from distribution import installed_distribution
 from quick_reports import blank_figures
 
 from infoprobe.checkpoint import load_checkpoint
@@ -402,18 +403,12 @@ def plugin_path(tmp_path):
     """A distribution 'loudest-tasks' on sys.path: entry point 'loudest' (a task), one that
     fails to import ('broken') and one claiming a built-in name ('d-retrieval')."""
     (tmp_path / "loudest_tasks.py").write_text(PLUGIN)
-    info = tmp_path / "loudest_tasks-0.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: loudest-tasks\nVersion: 0.3\n")
-    (info / "entry_points.txt").write_text(
-        f"[{GROUP}]\nloudest = loudest_tasks:Loudest\nbroken = loudest_tasks_missing:Task\n"
-        "d-retrieval = loudest_tasks:Loudest\n"
-    )
-    sys.path.insert(0, str(tmp_path))
+    entries = {"loudest": "loudest_tasks:Loudest", "broken": "loudest_tasks_missing:Task",
+               "d-retrieval": "loudest_tasks:Loudest"}  # fmt: skip
     try:
-        yield tmp_path
+        with installed_distribution(tmp_path, "loudest-tasks", "0.3", GROUP, entries):
+            yield tmp_path
     finally:
-        sys.path.remove(str(tmp_path))
         sys.modules.pop("loudest_tasks", None)
         discover_plugins(refresh=True)
         assert "loudest" not in TASKS

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from distribution import installed_distribution
 from handset import handset_model, true_sets
 
 from infoprobe.probes.batched_training import BatchedProbes, TrainingBudget, init_params
@@ -155,18 +156,12 @@ def installed(tmp_path):
     that fails to import ('broken') and one claiming a built-in name ('critic')."""
     from infoprobe.probes.families import GROUP, discover_families
 
-    info = tmp_path / "toy_probes-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-probes\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        f"[{GROUP}]\ntoy-installed = test_probe_families:TOY\n"
-        "broken = toy_probes_missing:FAMILY\ncritic = test_probe_families:TOY\n"
-    )
-    sys.path.insert(0, str(tmp_path))
+    toy = "test_probe_families:TOY"
+    entries = {"toy-installed": toy, "broken": "toy_probes_missing:FAMILY", "critic": toy}
     try:
-        yield discover_families(refresh=True)
+        with installed_distribution(tmp_path, "toy-probes", "0.1", GROUP, entries):
+            yield discover_families(refresh=True)
     finally:
-        sys.path.remove(str(tmp_path))
         discover_families(refresh=True)
         assert "toy-installed" not in FAMILY_NAMES
 
