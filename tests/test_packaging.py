@@ -162,10 +162,12 @@ BASE = {
     "infoprobe.base.formats",
     "infoprobe.base.header",
     "infoprobe.base.lazy",
+    "infoprobe.base.plugins",
 }
 """The base the pillars may import: temporary names and output locks (atomic), the user-
 error base (errors), the false discovery rate (fdr), every file's format name (formats),
-the file header (header), names loaded at first use (lazy)."""
+the file header (header), names loaded at first use (lazy), other distributions' entry
+points (plugins)."""
 
 
 @pytest.mark.parametrize("pillar", PILLARS)
