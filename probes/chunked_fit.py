@@ -160,10 +160,10 @@ def _mean_loss(probe: BatchedProbes, z_val: torch.Tensor, shape: tuple) -> np.nd
     return None if mean is None else np.broadcast_to(mean.double().numpy(), shape).copy()
 
 
-def step_bytes(design: ProbeDesign, budget: TrainingBudget) -> int:
+def step_bytes(design: ProbeDesign, probe: BatchedProbes, budget: TrainingBudget) -> int:
     """Bytes per cell a CPU training step streams through: the accelerator's where it
-    serves the design's module, else the design's ``activation_bytes_per_cell``."""
-    probe = design.make_module(range(1), None)
+    serves the design's module (``probe``, one cell of it), else the design's
+    ``activation_bytes_per_cell``."""
     fast = accelerator_of(probe, torch.device("cpu"))
     if fast is None:
         return design.activation_bytes_per_cell
@@ -270,10 +270,11 @@ def fit_chunked(
     train_idx, val_idx, test_idx = splits
     device = torch.device(device)
     max_memory_bytes = memory_budget(device, max_memory_bytes)
+    probe = design.make_module(range(1), None)  # one cell: what the design's module is
     chunk = cells_per_chunk(design.bytes_per_cell * len(datasets), n_cells, max_memory_bytes)
     group = chunk
     if device.type == "cpu":
-        group = cells_per_chunk(step_bytes(design, budget), chunk, CPU_STEP_ACTIVATION_BYTES)
+        group = cells_per_chunk(step_bytes(design, probe, budget), chunk, CPU_STEP_ACTIVATION_BYTES)
     x_stats: dict[int, Standardiser] = {}  # by id(X): datasets may share their states
     for X, _ in datasets:
         if id(X) not in x_stats:
@@ -350,7 +351,6 @@ def fit_chunked(
     finally:
         torch.set_num_threads(threads)  # the workers' setting is process-wide: restore it
     overall.close()
-    probe = design.make_module(range(1), None)
     fits = []
     for d, ((X, _), stats, parts) in enumerate(zip(datasets, y_stats, results, strict=True)):
         test_parts, arrays, best_val, best_epoch, epochs_run, start_val, val_stats = map(

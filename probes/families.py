@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from infoprobe.base.plugins import load_entry_points
@@ -69,7 +69,7 @@ class ProbeFamily:
     kind: Kind
     fit_sets: Callable[..., Any] | str | None = None
     budget: TrainingBudget | None = None
-    check_test_split: Callable[[int, float], None] | str | None = field(default=None)
+    check_test_split: Callable[[int, float], None] | str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
